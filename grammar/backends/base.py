@@ -1,0 +1,137 @@
+"""The one interface every grammar engine implements.
+
+Two lifetimes, as in xgrammar and vLLM's ``backend_types``: a ``CompiledGrammar`` is immutable and
+shared (cached across requests); a ``Matcher`` is per-request state that walks it token by token.
+A matcher never raises mid-generation: a rejected token puts it into a sticky error state
+(``error``), which the caller reads (llguidance's rule).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+if TYPE_CHECKING:
+    import torch
+
+    from grammar.vocabulary import Vocabulary
+
+
+@dataclass(frozen=True)
+class JsonOptions:
+    """How a JSON Schema becomes a grammar.
+
+    Parameters
+    ----------
+    strict_properties:
+        ``False`` (schema as written): properties that the schema allows but does not list may
+        appear. ``True``: only listed properties (xgrammar's strict mode).
+    max_whitespace:
+        Most whitespace characters allowed between two JSON tokens; ``0`` forces compact JSON.
+        Bounded so that no whitespace loop can run to max_tokens.
+    """
+
+    strict_properties: bool = False
+    max_whitespace: int = 2
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What vLLM's structured-output path is given so that it applies this grammar first in the
+    logits chain: a request type of ``StructuredOutputsParams`` and its text."""
+
+    kind: Literal["grammar", "json", "regex", "choice", "structural_tag"]
+    text: str
+    backend: str
+
+
+class Matcher(ABC):
+    """Per-request grammar state."""
+
+    error: str | None = None
+
+    @abstractmethod
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
+        """Write the allowed-token bitmask (int32, 32 tokens a word) into row ``index``."""
+
+    @abstractmethod
+    def accept_token(self, token_id: int) -> bool:
+        """Advance by one token; ``False`` (and a sticky ``error``) if the grammar forbids it."""
+
+    @abstractmethod
+    def accept_text(self, text: str) -> bool:
+        """Advance by a whole string, independent of tokenization."""
+
+    @abstractmethod
+    def is_accepting(self) -> bool:
+        """Whether the grammar is complete here, i.e. a stop token is allowed next."""
+
+
+class CompiledGrammar(ABC):
+    """An immutable compiled grammar, shareable between requests and threads."""
+
+    backend: ClassVar[str]
+
+    @abstractmethod
+    def matcher(self) -> Matcher:
+        """A fresh per-request matcher at the grammar's start."""
+
+    @property
+    @abstractmethod
+    def memory_bytes(self) -> int:
+        """Approximate resident size, for the byte-bounded cache."""
+
+    @property
+    def engine_spec(self) -> EngineSpec | None:
+        """How the serving engine applies this grammar, or ``None`` if it cannot."""
+        return None
+
+    def accepts(self, text: str) -> bool:
+        """Whether ``text`` is a complete sentence of the grammar."""
+        matcher = self.matcher()
+        return matcher.accept_text(text) and matcher.is_accepting()
+
+
+class Backend(ABC):
+    """A grammar engine bound to one vocabulary."""
+
+    name: ClassVar[str]
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+
+    @abstractmethod
+    def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> CompiledGrammar:
+        """Compile a (normalized) JSON Schema."""
+
+    @abstractmethod
+    def compile_ebnf(self, grammar: str) -> CompiledGrammar:
+        """Compile an EBNF grammar in xgrammar's GBNF-like dialect."""
+
+    @abstractmethod
+    def compile_regex(self, pattern: str) -> CompiledGrammar:
+        """Compile a regular expression over the whole output."""
+
+    def compile_choice(self, choices: tuple[str, ...]) -> CompiledGrammar:
+        """Exactly one of ``choices``: an alternation of string literals."""
+        return self.compile_ebnf("root ::= " + " | ".join(ebnf_literal(c) for c in choices))
+
+
+def ebnf_literal(text: str) -> str:
+    """``text`` as a double-quoted EBNF string literal (xgrammar / GBNF escapes)."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'

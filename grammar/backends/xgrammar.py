@@ -1,0 +1,131 @@
+"""xgrammar: the first-choice backend, and the one vLLM applies in its model runner.
+
+A compiled grammar is handed to vLLM as EBNF text (``EngineSpec(kind="grammar")``), which vLLM's
+xgrammar backend compiles into the bitmask it applies to the raw logits before every other
+processor. Going through EBNF rather than vLLM's own JSON path keeps tokenmold's choices
+(normalized schema, non-strict properties, bounded whitespace) instead of vLLM's fixed ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import xgrammar as xgr
+
+from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
+from grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
+
+if TYPE_CHECKING:
+    import torch
+
+_LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")
+_LINE_COL = re.compile(r"at line (\d+), column (\d+)")
+_POSITION = re.compile(r"at position (\d+)")
+
+
+def _clean(exc: Exception) -> str:
+    """xgrammar's C++ message without its log prefix."""
+    return _LOG_PREFIX.sub("", str(exc)).strip()
+
+
+class XGrammarMatcher(Matcher):
+    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+        self._matcher = xgr.GrammarMatcher(compiled)
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
+        self._matcher.fill_next_token_bitmask(bitmask, index)
+
+    def accept_token(self, token_id: int) -> bool:
+        if self.error is not None:
+            return False
+        if not self._matcher.accept_token(token_id):
+            self.error = f"token {token_id} is not allowed here"
+            return False
+        return True
+
+    def accept_text(self, text: str) -> bool:
+        if self.error is not None:
+            return False
+        if not self._matcher.accept_string(text):
+            self.error = "text does not match the grammar"
+            return False
+        return True
+
+    def is_accepting(self) -> bool:
+        return self.error is None and self._matcher.is_completed()
+
+    def jump_forward_string(self) -> str:
+        """The text the grammar forces next (possibly empty)."""
+        return self._matcher.find_jump_forward_string()
+
+
+class XGrammarCompiled(CompiledGrammar):
+    backend = "xgrammar"
+
+    def __init__(self, compiled: xgr.CompiledGrammar) -> None:
+        self.compiled = compiled
+
+    def matcher(self) -> XGrammarMatcher:
+        return XGrammarMatcher(self.compiled)
+
+    @property
+    def memory_bytes(self) -> int:
+        return int(self.compiled.memory_size_bytes)
+
+    @property
+    def engine_spec(self) -> EngineSpec:
+        return EngineSpec(kind="grammar", text=str(self.compiled.grammar), backend=self.backend)
+
+
+class XGrammarBackend(Backend):
+    name = "xgrammar"
+
+    def __init__(self, vocab: Any) -> None:
+        super().__init__(vocab)
+        # Our own cache sits above the backends; xgrammar's would only duplicate memory.
+        self._compiler = xgr.GrammarCompiler(vocab.xgrammar_info, max_threads=1, cache_enabled=False)
+
+    def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> XGrammarCompiled:
+        try:
+            grammar = xgr.Grammar.from_json_schema(
+                json.dumps(schema),
+                any_whitespace=options.max_whitespace > 0,
+                max_whitespace_cnt=options.max_whitespace or None,
+                separators=None if options.max_whitespace > 0 else (",", ":"),
+                strict_mode=options.strict_properties,
+            )
+        except RuntimeError as exc:
+            raise SchemaError(f"xgrammar cannot convert the schema: {_clean(exc)}", pointer="") from None
+        return self._compile(grammar)
+
+    def compile_ebnf(self, grammar: str) -> XGrammarCompiled:
+        try:
+            parsed = xgr.Grammar.from_ebnf(grammar)
+        except RuntimeError as exc:
+            message = _clean(exc)
+            where = _LINE_COL.search(message)
+            raise GrammarSyntaxError(
+                _LINE_COL.sub("", message).replace(" :", ":"),
+                line=int(where.group(1)) if where else None,
+                column=int(where.group(2)) if where else None,
+            ) from None
+        return self._compile(parsed)
+
+    def compile_regex(self, pattern: str) -> XGrammarCompiled:
+        try:
+            parsed = xgr.Grammar.from_regex(pattern)
+        except RuntimeError as exc:
+            message = _clean(exc)
+            where = _POSITION.search(message)
+            raise RegexError(
+                _POSITION.sub("", message).replace(" :", ":"), line=1 if where else None, column=int(where.group(1)) + 1 if where else None
+            ) from None
+        return self._compile(parsed)
+
+    def _compile(self, grammar: xgr.Grammar) -> XGrammarCompiled:
+        try:
+            return XGrammarCompiled(self._compiler.compile_grammar(grammar))
+        except RuntimeError as exc:
+            raise CompileFailed(f"xgrammar failed to compile: {_clean(exc)}") from None

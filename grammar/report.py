@@ -1,0 +1,45 @@
+"""Which schema keywords the mask enforces and which only the validation layer checks.
+
+llguidance's lesson: every keyword the grammar cannot enforce is named, never silently dropped. The
+report travels with the compiled shape to the caller (CLI verdict, HTTP ``validation.keywords``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class KeywordNote:
+    """One keyword occurrence that the mask does not enforce exactly."""
+
+    pointer: str
+    keyword: str
+    reason: str
+
+
+@dataclass
+class KeywordReport:
+    """Collected while normalizing one schema."""
+
+    enforced: set[str] = field(default_factory=set)
+    validated_only: list[KeywordNote] = field(default_factory=list)
+
+    def enforce(self, keyword: str) -> None:
+        self.enforced.add(keyword)
+
+    def validate_only(self, pointer: str, keyword: str, reason: str) -> None:
+        self.validated_only.append(KeywordNote(pointer, keyword, reason))
+
+    @property
+    def validated_only_keywords(self) -> set[str]:
+        return {note.keyword for note in self.validated_only}
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "enforced": sorted(self.enforced),
+            "validated_only": [
+                {"pointer": n.pointer, "keyword": n.keyword, "reason": n.reason}
+                for n in sorted(set(self.validated_only))
+            ],
+        }

@@ -1,0 +1,92 @@
+"""One value type for every kind of output shape a caller can ask for.
+
+A ``Shape`` is what the caller meant, before normalization: the JSON Schema as given (dict or text),
+a pydantic model (kept so the validation layer can run it), an EBNF grammar, a regex, or a choice
+list. Constructors check only the form of the input; everything semantic happens in ``normalize``
+and ``compiler``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from grammar.errors import SchemaError, ShapeError
+
+
+class ShapeKind(str, enum.Enum):
+    JSON_SCHEMA = "json_schema"
+    EBNF = "ebnf"
+    REGEX = "regex"
+    CHOICE = "choice"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """An output shape. Build it with one of the ``from_*`` constructors."""
+
+    kind: ShapeKind
+    #: JSON Schema (as a dict) for JSON_SCHEMA; the grammar/regex text; the choices.
+    source: Any
+    #: The pydantic model class a JSON_SCHEMA shape came from, if any (validated after the schema).
+    pydantic_model: type | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_json_schema(cls, schema: dict[str, Any] | bool | str | bytes) -> Shape:
+        """A JSON Schema given as a dict, a boolean schema, or JSON text."""
+        if isinstance(schema, (str, bytes)):
+            try:
+                schema = json.loads(schema)
+            except json.JSONDecodeError as exc:
+                raise SchemaError(
+                    f"schema is not valid JSON: {exc.msg}", line=exc.lineno, column=exc.colno
+                ) from None
+        if not isinstance(schema, (dict, bool)):
+            raise SchemaError(
+                f"a JSON Schema must be an object or a boolean, not {type(schema).__name__}",
+                pointer="",
+            )
+        return cls(ShapeKind.JSON_SCHEMA, schema)
+
+    @classmethod
+    def from_pydantic(cls, model: type) -> Shape:
+        """A pydantic v2 model class; its JSON Schema is generated, the class kept for validation."""
+        schema_fn = getattr(model, "model_json_schema", None)
+        if not callable(schema_fn):
+            raise ShapeError(f"{model!r} is not a pydantic v2 model class")
+        return cls(ShapeKind.JSON_SCHEMA, schema_fn(), pydantic_model=model)
+
+    @classmethod
+    def from_ebnf(cls, grammar: str) -> Shape:
+        """An EBNF grammar in xgrammar's (GBNF-like) dialect, rooted at ``root``."""
+        if not isinstance(grammar, str) or not grammar.strip():
+            raise ShapeError("an EBNF grammar must be a non-empty string")
+        return cls(ShapeKind.EBNF, grammar)
+
+    @classmethod
+    def from_regex(cls, pattern: str) -> Shape:
+        """A regular expression that the whole output must match."""
+        if not isinstance(pattern, str):
+            raise ShapeError("a regex must be a string")
+        return cls(ShapeKind.REGEX, pattern)
+
+    @classmethod
+    def from_choice(cls, choices: list[str] | tuple[str, ...]) -> Shape:
+        """The output must be exactly one of the given strings."""
+        if not choices or not all(isinstance(c, str) for c in choices):
+            raise ShapeError("a choice list must be a non-empty list of strings")
+        return cls(ShapeKind.CHOICE, tuple(choices))
+
+    @property
+    def is_json(self) -> bool:
+        return self.kind is ShapeKind.JSON_SCHEMA
+
+    def source_text(self) -> str:
+        """Canonical text of the source: the key material for caching and size limits."""
+        if self.kind is ShapeKind.JSON_SCHEMA:
+            return json.dumps(self.source, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        if self.kind is ShapeKind.CHOICE:
+            return json.dumps(list(self.source), ensure_ascii=False)
+        return str(self.source)

@@ -1,0 +1,108 @@
+"""The model's tokenizer as the grammar engines see it: the only module here that knows tokenizers.
+
+Each backend needs the vocabulary in its own form (xgrammar's ``TokenizerInfo``, llguidance's
+``LLTokenizer``, outlines-core's ``Vocabulary``); they are built lazily, once, from one Hugging Face
+tokenizer so that every engine in a benchmark run sees exactly the same tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+
+class Vocabulary:
+    """A Hugging Face tokenizer plus the facts the masks depend on.
+
+    Parameters
+    ----------
+    hf_tokenizer:
+        A ``transformers`` tokenizer (fast).
+    vocab_size:
+        Rows of the model's logits; may exceed ``len(hf_tokenizer)`` (padded embeddings).
+    stop_token_ids:
+        Token ids that end a generation once the grammar is complete. Defaults to the tokenizer's EOS.
+    """
+
+    def __init__(
+        self,
+        hf_tokenizer: Any,
+        *,
+        vocab_size: int | None = None,
+        stop_token_ids: list[int] | None = None,
+    ) -> None:
+        self.hf_tokenizer = hf_tokenizer
+        self.vocab_size = int(vocab_size if vocab_size is not None else len(hf_tokenizer))
+        if stop_token_ids is None:
+            stop_token_ids = [hf_tokenizer.eos_token_id]
+        self.stop_token_ids = sorted({int(t) for t in stop_token_ids if t is not None})
+
+        self._path: str | None = None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **kwargs: Any) -> Vocabulary:
+        from transformers import AutoTokenizer
+
+        vocab = cls(AutoTokenizer.from_pretrained(str(path)), **kwargs)
+        vocab._path = str(path)
+        return vocab
+
+    def state(self) -> dict[str, Any]:
+        """What a worker process needs to rebuild this vocabulary (path if known, else the object)."""
+        source: Any = self._path if self._path is not None else self.hf_tokenizer
+        return {"source": source, "vocab_size": self.vocab_size, "stop_token_ids": self.stop_token_ids}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Vocabulary:
+        kwargs = {"vocab_size": state["vocab_size"], "stop_token_ids": state["stop_token_ids"]}
+        if isinstance(state["source"], str):
+            return cls.from_pretrained(state["source"], **kwargs)
+        return cls(state["source"], **kwargs)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stable digest of the vocabulary and stop ids: part of every cache key."""
+        digest = hashlib.sha256()
+        for token, index in sorted(self.hf_tokenizer.get_vocab().items(), key=lambda kv: kv[1]):
+            digest.update(f"{index}\t{token}\n".encode())
+        digest.update(f"{self.vocab_size}|{self.stop_token_ids}".encode())
+        return digest.hexdigest()[:16]
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.hf_tokenizer.encode(text, add_special_tokens=False))
+
+    @cached_property
+    def xgrammar_info(self) -> Any:
+        import xgrammar as xgr
+
+        return xgr.TokenizerInfo.from_huggingface(
+            self.hf_tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
+        )
+
+    @cached_property
+    def llguidance_tokenizer(self) -> Any:
+        import llguidance.hf
+
+        return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
+
+
+class _NoTokens:
+    """A tokenizer with no tokens: grammars compiled against it check texts, not tokens."""
+
+    eos_token_id = None
+
+
+class _EmptyVocabulary(Vocabulary):
+    def __init__(self) -> None:
+        super().__init__(_NoTokens(), vocab_size=0, stop_token_ids=[])
+
+    @cached_property
+    def xgrammar_info(self) -> Any:
+        import xgrammar as xgr
+
+        return xgr.TokenizerInfo([])
+
+
+EMPTY_VOCABULARY = _EmptyVocabulary()
