@@ -75,8 +75,8 @@ class Shape:
     @classmethod
     def from_choice(cls, choices: list[str] | tuple[str, ...]) -> Shape:
         """The output must be exactly one of the given strings."""
-        if not choices or not all(isinstance(c, str) for c in choices):
-            raise ShapeError("a choice list must be a non-empty list of strings")
+        if not choices or not all(isinstance(c, str) and c for c in choices):
+            raise ShapeError("a choice list must be a non-empty list of non-empty strings")
         return cls(ShapeKind.CHOICE, tuple(choices))
 
     @property

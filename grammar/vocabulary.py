@@ -46,8 +46,12 @@ class Vocabulary:
         from transformers import AutoTokenizer
 
         vocab = cls(AutoTokenizer.from_pretrained(str(path)), **kwargs)
-        vocab._path = str(path)
+        vocab.set_source_path(path)
         return vocab
+
+    def set_source_path(self, path: str | Path) -> None:
+        """Where the tokenizer was loaded from: worker processes reload it from there."""
+        self._path = str(path)
 
     def state(self) -> dict[str, Any]:
         """What a worker process needs to rebuild this vocabulary (path if known, else the object)."""
@@ -86,6 +90,50 @@ class Vocabulary:
         import llguidance.hf
 
         return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
+
+    @cached_property
+    def outlines_vocabulary(self) -> Any:
+        """outlines-core's ``Vocabulary``: the bytes each token spells -> the ids that spell them.
+
+        Built as vLLM builds it (``_reduced_vocabulary`` in ``vllm/v1/structured_output/utils.py``):
+        special and stop tokens are left out, as are tokens that decode to nothing; the text of a
+        token is the tokenizer's own decoding, with SentencePiece's dropped leading space put back.
+        One deliberate difference: a token that ends in an incomplete UTF-8 sequence (it decodes
+        with U+FFFD) is always mapped to its raw bytes, where vLLM keeps those that mix complete
+        characters with the partial one (`` ðŁĺ``, a space and 3 of an emoji's 4 bytes) as literal
+        U+FFFD text, so outlines could neither emit nor accept them ("naïve café 😀" is refused).
+        """
+        import re
+
+        import outlines_core
+        from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+        unicode_to_bytes = {char: byte for byte, char in bytes_to_unicode().items()}
+        llama_byte = re.compile(r"^<0x[0-9A-F]{2}>$")
+        tokenizer = self.hf_tokenizer
+        skip = set(tokenizer.all_special_tokens)
+
+        def token_bytes(token: str) -> bytes | None:
+            text = tokenizer.convert_tokens_to_string([token])
+            if token.startswith("\u2581") or token == "<0x20>":
+                text = " " + text
+            if "\ufffd" not in text or token == "\ufffd":
+                return text.encode()
+            if llama_byte.match(token):
+                return bytes([int(token[3:5], 16)])
+            if all(char in unicode_to_bytes for char in token):
+                return bytes(unicode_to_bytes[char] for char in token)
+            return None  # bytes unknown: never allowed rather than allowed as the wrong text
+
+        spelled: dict[bytes, list[int]] = {}
+        for token, index in tokenizer.get_vocab().items():
+            if token in skip or index in self.stop_token_ids or index >= self.vocab_size:
+                continue
+            data = token_bytes(token)
+            if data:
+                spelled.setdefault(data, []).append(index)
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else self.stop_token_ids[0]
+        return outlines_core.Vocabulary(eos, spelled)
 
 
 class _NoTokens:

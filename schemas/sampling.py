@@ -1,0 +1,28 @@
+"""Sampling options: what every front end (CLI, Python API, HTTP) hands to the engine."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class SamplingOptions(BaseModel):
+    """Decoding parameters. The grammar mask is applied before all of them (see docs/design.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(default=None, ge=1, description="Default: what the context leaves.")
+    min_tokens: int = Field(default=0, ge=0)
+    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0, description="0 disables top-k.")
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    seed: int | None = None
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
+    logit_bias: dict[int, float] = Field(default_factory=dict, max_length=1024)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
+    n: int = Field(default=1, ge=1, le=16)
+    logprobs: int | None = Field(default=None, ge=0, le=20, description="Top logprobs per token, after the grammar mask.")
+    ignore_eos: bool = False

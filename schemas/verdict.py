@@ -1,0 +1,57 @@
+"""The Verdict: the honest, machine-readable outcome of one generation."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class VerdictStatus(str, enum.Enum):
+    #: The output fits the shape and the generation ended on a stop condition.
+    ACCEPTED = "accepted"
+    #: The generation hit max_tokens or the context limit: incomplete, never accepted.
+    TRUNCATED = "truncated"
+    #: The output is complete but does not fit the shape (or could not be checked).
+    INVALID = "invalid"
+
+
+class VerdictError(BaseModel):
+    """One reason an output is not accepted."""
+
+    path: str = Field(description="JSON Pointer into the output ('' for the whole output).")
+    keyword: str = Field(description="The schema keyword or check that failed, e.g. 'required', 'json', 'finish_reason'.")
+    message: str
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class KeywordNote(BaseModel):
+    pointer: str
+    keyword: str
+    reason: str
+
+
+class KeywordReport(BaseModel):
+    """Which schema keywords the token mask enforces, and which only the validation layer checks."""
+
+    enforced: list[str] = Field(default_factory=list)
+    validated_only: list[KeywordNote] = Field(default_factory=list)
+
+
+class Verdict(BaseModel):
+    status: VerdictStatus
+    finish_reason: str | None = Field(description="The engine's finish reason: 'stop', 'length' or 'abort'.")
+    stop_reason: int | str | None = Field(
+        default=None, description="The stop token id or stop string that ended the generation; null for EOS."
+    )
+    text: str
+    value: Any = Field(default=None, description="The parsed JSON value; only set when accepted.")
+    errors: list[VerdictError] = Field(default_factory=list)
+    usage: Usage
+    keywords: KeywordReport | None = None

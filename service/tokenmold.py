@@ -1,0 +1,84 @@
+"""The Python API: constrained generation without HTTP.
+
+    from service import Tokenmold
+    from grammar import Shape
+
+    with Tokenmold() as tm:                       # embedded SmolLM2-135M-Instruct
+        verdict = tm.generate("Give me a person.", Shape.from_json_schema(schema), max_tokens=64)
+        if verdict.status == "accepted":
+            print(verdict.value)
+
+``Tokenmold`` runs vLLM's asynchronous engine on a private event loop in a background thread so that
+synchronous callers can use it; async callers can use ``Tokenmold.runtime`` directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from grammar import CompileOptions, Shape
+from schemas.sampling import SamplingOptions
+from schemas.verdict import Verdict
+from service.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
+
+T = TypeVar("T")
+
+
+class Tokenmold:
+    """A started engine. Parameters are ``RuntimeConfig``'s; see ``service.engine.EngineConfig``."""
+
+    def __init__(self, config: RuntimeConfig = RuntimeConfig()) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="tokenmold-loop", daemon=True)
+        self._thread.start()
+        self.runtime = Runtime(config)
+        try:
+            self._call(_start_engine(self.runtime))
+        except BaseException:
+            self.close()
+            raise
+
+    def generate(
+        self,
+        prompt: str | Prompt,
+        shape: Shape | None = None,
+        *,
+        strict: bool = False,
+        **sampling: Any,
+    ) -> Verdict:
+        """Generate one output for ``prompt`` (a user message, or a ``Prompt``) and judge it.
+
+        Keyword arguments are ``SamplingOptions`` fields (max_tokens, temperature, seed, stop, ...).
+        """
+        return self.generate_all(prompt, shape, strict=strict, **sampling).completions[0].verdict
+
+    def generate_all(
+        self, prompt: str | Prompt, shape: Shape | None = None, *, strict: bool = False, **sampling: Any
+    ) -> GenerationResult:
+        """Like ``generate`` but returns every output (``n``), token ids and logprobs."""
+        prompt = Prompt.user(prompt) if isinstance(prompt, str) else prompt
+        return self._call(
+            self.runtime.generate(prompt, shape, SamplingOptions(**sampling), CompileOptions(strict=strict))
+        )
+
+    def close(self) -> None:
+        self.runtime.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+
+    def __enter__(self) -> Tokenmold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+async def _start_engine(runtime: Runtime) -> None:
+    # Started on the private loop: vLLM binds its output handler to the loop it first runs on.
+    runtime.start_engine()

@@ -1,0 +1,55 @@
+"""The CLI as a user runs it: a real process, the Verdict on stdout, the documented exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.engine
+def test_generate_truncated_exits_3(tmp_path: Path) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text(json.dumps({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))
+    proc = _run("generate", "--schema", str(schema), "--prompt", "Name a city as JSON.", "--max-tokens", "3")
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["status"] == "truncated" and verdict["finish_reason"] == "length"
+    assert verdict["value"] is None and verdict["usage"]["completion_tokens"] == 3
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--schema", "/nonexistent.json"], "cannot read /nonexistent.json"),
+        (["--regex", "a(b"], "parenthesis is not closed"),
+        (["--choice", ""], "choice list must be a non-empty list"),
+        (["--pydantic", "no_such_module:Model"], "cannot import no_such_module:Model"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args: list[str], fragment: str) -> None:
+    proc = _run("generate", *args, "--prompt", "x", timeout=120)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("tokenmold: error:")]
+    assert len(lines) == 1 and fragment in lines[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"type": "object", "properties": {')
+    proc = _run("generate", "--schema", str(bad), "--prompt", "x", timeout=120)
+    assert proc.returncode == 2 and "schema is not valid JSON" in proc.stderr
+    assert "Traceback" not in proc.stderr

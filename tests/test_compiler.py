@@ -1,0 +1,124 @@
+"""ShapeCompiler: every shape kind, typed errors, the cache, and the killable worker's timeout."""
+
+from __future__ import annotations
+
+import pytest
+
+from grammar import CompileOptions, Limits, Shape, ShapeCompiler
+from grammar.errors import CompileTimeout, GrammarSyntaxError, LimitExceeded, RegexError, SchemaError
+
+PERSON = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+
+
+@pytest.fixture(scope="module")
+def inline(vocab) -> ShapeCompiler:
+    return ShapeCompiler(vocab, isolation="inline")
+
+
+@pytest.fixture(scope="module")
+def isolated(vocab):
+    compiler = ShapeCompiler(vocab, limits=Limits(compile_timeout_s=0.5))
+    yield compiler
+    compiler.close()
+
+
+def _walk(compiled, vocab, text: str) -> bool:
+    """Feed ``text`` token by token through the token-level matcher; True if all accepted and a stop
+    token is allowed at the end."""
+    matcher = compiled.token_grammar.matcher()
+    return all(matcher.accept_token(t) for t in vocab.encode(text)) and matcher.is_accepting()
+
+
+def test_json_schema_masks_accept_valid_and_reject_invalid(inline, vocab) -> None:
+    compiled = inline.compile(Shape.from_json_schema(PERSON))
+    assert compiled.engine_spec.kind == "grammar" and "root ::=" in compiled.engine_spec.text
+    assert _walk(compiled, vocab, '{"name":"Ada","age":36}')
+    assert not _walk(compiled, vocab, '{"name":"Ada"}')
+    assert not _walk(compiled, vocab, '{"name":"Ada","age":"36"}')
+
+
+def test_schema_as_written_allows_unlisted_properties_strict_does_not(inline, vocab) -> None:
+    loose = inline.compile(Shape.from_json_schema(PERSON))
+    strict = inline.compile(Shape.from_json_schema(PERSON), CompileOptions(strict=True))
+    assert loose.key != strict.key
+    text = '{"name":"Ada","age":36,"city":"London"}'
+    assert _walk(loose, vocab, text)
+    assert not _walk(strict, vocab, text)
+
+
+def test_whitespace_is_bounded(inline, vocab) -> None:
+    compiled = inline.compile(Shape.from_json_schema(PERSON))
+    assert _walk(compiled, vocab, '{ "name": "Ada", "age": 36 }')
+    assert not _walk(compiled, vocab, '{"name":"Ada",' + " " * 10 + '"age":36}')
+
+
+def test_ebnf_regex_choice_and_pydantic(inline, vocab) -> None:
+    from pydantic import BaseModel
+
+    class Point(BaseModel):
+        x: int
+        y: int
+
+    ebnf = inline.compile(Shape.from_ebnf('root ::= "yes" | "no" | digit+\ndigit ::= [0-9]'))
+    assert ebnf.accepts("yes") and ebnf.accepts("123") and not ebnf.accepts("maybe")
+    regex = inline.compile(Shape.from_regex(r"[A-Z]{2}-\d{3}"))
+    assert regex.accepts("AB-123") and not regex.accepts("AB-12")
+    choice = inline.compile(Shape.from_choice(["red", "green", 'say "hi"\n']))
+    assert choice.accepts("green") and choice.accepts('say "hi"\n') and not choice.accepts("blue")
+    point = inline.compile(Shape.from_pydantic(Point))
+    assert point.shape.pydantic_model is Point
+    assert _walk(point, vocab, '{"x":1,"y":2}') and not _walk(point, vocab, '{"x":1}')
+
+
+def test_typed_errors_name_the_cause(inline) -> None:
+    with pytest.raises(GrammarSyntaxError) as exc:
+        inline.compile(Shape.from_ebnf('root ::= "a" |\n'))
+    assert (exc.value.line, exc.value.column) == (2, 1)  # the alternative is empty at the line break
+    with pytest.raises(GrammarSyntaxError, match='Rule "thing" is not defined'):
+        inline.compile(Shape.from_ebnf("root ::= thing"))
+    with pytest.raises(RegexError) as rexc:
+        inline.compile(Shape.from_regex("a(b"))
+    assert rexc.value.column == 5 and "parenthesis" in str(rexc.value)
+    with pytest.raises(SchemaError) as sexc:
+        Shape.from_json_schema('{"type": "object",')
+    assert sexc.value.line == 1
+    with pytest.raises(LimitExceeded) as lexc:
+        ShapeCompiler(inline.vocab, isolation="inline", limits=Limits(max_schema_bytes=100)).compile(
+            Shape.from_json_schema({"enum": ["x" * 200]})
+        )
+    assert lexc.value.keyword == "max_schema_bytes"
+
+
+def test_cache_hits_for_the_same_shape(inline) -> None:
+    before = inline.cache_stats()
+    first = inline.compile(Shape.from_json_schema({"type": "array", "items": {"type": "boolean"}}))
+    second = inline.compile(Shape.from_json_schema({"items": {"type": "boolean"}, "type": "array"}))
+    after = inline.cache_stats()
+    assert first is second  # key order does not matter: the key is canonical
+    assert after.misses == before.misses + 1 and after.hits == before.hits + 1
+
+
+def test_isolated_compile_returns_engine_spec_and_text_grammar(isolated) -> None:
+    compiled = isolated.compile(Shape.from_json_schema(PERSON))
+    assert compiled.token_grammar is None  # the token-level grammar stays in the worker
+    assert compiled.accepts('{"name":"Ada","age":36}')
+    assert not compiled.accepts('{"name":"Ada"}')
+
+
+def test_slow_compile_is_killed_and_the_worker_replaced(isolated) -> None:
+    # 200 string properties in non-strict mode take seconds in xgrammar 0.2.8 on this vocabulary.
+    slow = Shape.from_json_schema({"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(200)}})
+    with pytest.raises(CompileTimeout) as exc:
+        isolated.compile(slow)
+    assert exc.value.keyword == "compile_timeout_s"
+    # Cached failure: refused at once the second time, no second worker burnt.
+    killed = isolated._pool.killed
+    with pytest.raises(CompileTimeout):
+        isolated.compile(slow)
+    assert isolated._pool.killed == killed == 1
+    # The pool still serves other shapes.
+    assert isolated.compile(Shape.from_regex("[0-9]+")).accepts("42")

@@ -1,0 +1,189 @@
+"""End to end on the real engine: vLLM (CPU) with the embedded SmolLM2-135M-Instruct.
+
+Every shape kind, the logits-chain order (grammar mask first), the verdict statuses, the four ways a
+generation stops, logprobs after the mask, streaming, and bad input refused before the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from grammar import Shape
+from grammar.errors import GrammarSyntaxError, RegexError, SchemaError
+from schemas.sampling import SamplingOptions
+from schemas.verdict import VerdictStatus
+from service.runtime import Prompt
+
+pytestmark = pytest.mark.engine
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 24},
+        "age": {"type": "integer", "minimum": 0, "maximum": 150},
+        "role": {"enum": ["engineer", "scientist", "artist"]},
+    },
+    "required": ["name", "age", "role"],
+    "additionalProperties": False,
+}
+ASK = Prompt.user("Describe Ada Lovelace, a 36 year old scientist, as JSON with name, age and role.")
+
+
+class Animal(BaseModel):
+    # extra="forbid" puts additionalProperties: false in the schema; without it the schema as
+    # written allows extra keys, and a 135M model happily keeps inventing them.
+    model_config = ConfigDict(extra="forbid")
+
+    species: str = Field(max_length=20)
+    legs: int = Field(ge=0, le=8)
+
+
+async def _one(rt, prompt, shape, **sampling):
+    result = await rt.generate(prompt, shape, SamplingOptions(**sampling))
+    return result.completions[0]
+
+
+async def test_every_shape_kind_is_accepted(engine_runtime) -> None:
+    rt = engine_runtime
+    json_out = await _one(rt, ASK, Shape.from_json_schema(PERSON), max_tokens=80, temperature=0)
+    assert json_out.verdict.status is VerdictStatus.ACCEPTED, json_out.verdict
+    assert set(json_out.verdict.value) == {"name", "age", "role"}
+
+    animal = await _one(rt, Prompt.user("Give me an animal as JSON."), Shape.from_pydantic(Animal), max_tokens=60, temperature=0)
+    assert animal.verdict.status is VerdictStatus.ACCEPTED, animal.verdict
+    Animal.model_validate(animal.verdict.value)
+
+    ebnf = 'root ::= "The answer is " digit+ "."\ndigit ::= [0-9]'
+    math_out = await _one(rt, Prompt.user("What is 6 times 7?"), Shape.from_ebnf(ebnf), max_tokens=12, temperature=0)
+    assert math_out.verdict.status is VerdictStatus.ACCEPTED, math_out.verdict
+    assert math_out.verdict.text.startswith("The answer is ")
+
+    date = await _one(rt, Prompt.user("When did World War 2 end?"), Shape.from_regex(r"\d{4}-\d{2}-\d{2}"), max_tokens=12, temperature=0)
+    assert date.verdict.status is VerdictStatus.ACCEPTED, date.verdict
+    assert len(date.verdict.text) == 10
+
+    choice = await _one(rt, Prompt.user("Is the sky blue? Answer yes or no."), Shape.from_choice(["yes", "no"]), max_tokens=5, temperature=0)
+    assert choice.verdict.status is VerdictStatus.ACCEPTED and choice.verdict.text in {"yes", "no"}
+
+
+async def test_grammar_mask_comes_before_logit_bias(engine_runtime) -> None:
+    rt = engine_runtime
+    tokenizer = rt.engine.tokenizer
+    hello = tokenizer.encode("Hello", add_special_tokens=False)[0]
+    bias = {hello: 100.0}
+    # Control: without a grammar the +100 bias wins every step.
+    free = await _one(rt, ASK, None, max_tokens=4, temperature=0, logit_bias=bias)
+    assert free.token_ids.count(hello) == 4
+    # With a grammar that forbids the token, the mask (applied first) removes it before the bias.
+    constrained = await _one(rt, ASK, Shape.from_choice(["yes", "no"]), max_tokens=4, temperature=0, logit_bias=bias)
+    assert hello not in constrained.token_ids
+    assert constrained.verdict.status is VerdictStatus.ACCEPTED
+
+
+async def test_hot_sampling_stays_valid(engine_runtime) -> None:
+    shape = Shape.from_json_schema({
+        "type": "object",
+        "properties": {"color": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "required": ["color", "count"],
+        "additionalProperties": False,
+    })
+    result = await engine_runtime.generate(
+        Prompt.user("Pick a color and a count."), shape,
+        SamplingOptions(max_tokens=40, temperature=2.0, top_p=1.0, seed=7, n=4),
+    )
+    assert len(result.completions) == 4
+    for completion in result.completions:
+        assert completion.verdict.status is VerdictStatus.ACCEPTED, completion.verdict
+
+
+async def test_greedy_and_seeded_sampling_are_valid_and_reproducible(engine_runtime) -> None:
+    shape = Shape.from_json_schema(PERSON)
+    greedy = [await _one(engine_runtime, ASK, shape, max_tokens=80, temperature=0) for _ in range(2)]
+    seeded = [await _one(engine_runtime, ASK, shape, max_tokens=80, temperature=0.8, seed=1234) for _ in range(2)]
+    for c in greedy + seeded:
+        assert c.verdict.status is VerdictStatus.ACCEPTED, c.verdict
+    assert greedy[0].verdict.text == greedy[1].verdict.text
+    assert seeded[0].verdict.text == seeded[1].verdict.text
+
+
+async def test_max_tokens_is_truncated_never_accepted(engine_runtime) -> None:
+    out = await _one(engine_runtime, ASK, Shape.from_json_schema(PERSON), max_tokens=3, temperature=0)
+    assert out.verdict.status is VerdictStatus.TRUNCATED
+    assert out.verdict.finish_reason == "length" and out.verdict.value is None
+    assert out.verdict.usage.completion_tokens == 3
+
+
+async def test_context_full_ends_as_length(engine_runtime) -> None:
+    rt = engine_runtime
+    filler = " ".join(["word"] * 2000)
+    ids = rt.engine.tokenizer.encode(filler, add_special_tokens=False)[: rt.engine.max_model_len - 4]
+    text = rt.engine.tokenizer.decode(ids)
+    out = await _one(rt, Prompt(text=text), None, temperature=0, ignore_eos=True)
+    assert out.verdict.finish_reason == "length"
+    assert out.verdict.status is VerdictStatus.TRUNCATED
+    assert out.verdict.usage.total_tokens <= rt.engine.max_model_len
+
+
+async def test_stop_string_is_matched_on_text_and_removed(engine_runtime) -> None:
+    out = await _one(engine_runtime, Prompt.user("Write a sentence about the sea."), None, max_tokens=48, temperature=0, stop=[" "])
+    assert out.verdict.finish_reason == "stop" and out.verdict.stop_reason == " "
+    assert " " not in out.verdict.text
+
+
+async def test_all_end_of_sequence_ids_stop_the_generation(engine_runtime) -> None:
+    rt = engine_runtime
+    # The generation config lists <|im_end|> and <|endoftext|>; the chat template ends turns with the first.
+    assert {rt.engine.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")} <= set(rt.engine.stop_token_ids)
+    out = await _one(rt, Prompt.user("Say hi."), Shape.from_choice(["hi"]), max_tokens=8, temperature=0)
+    assert out.verdict.status is VerdictStatus.ACCEPTED
+    assert out.verdict.finish_reason == "stop" and not isinstance(out.verdict.stop_reason, str)
+
+
+async def test_min_tokens_delays_the_stop(engine_runtime) -> None:
+    out = await _one(engine_runtime, Prompt.user("Say hi."), None, max_tokens=30, min_tokens=20, temperature=0)
+    assert out.verdict.usage.completion_tokens >= 20
+
+
+async def test_logprobs_are_taken_after_the_grammar_mask(engine_runtime) -> None:
+    rt = engine_runtime
+    choices = ["yes", "no"]
+    out = await _one(rt, Prompt.user("Is water wet?"), Shape.from_choice(choices), max_tokens=4, temperature=0, logprobs=5)
+    assert out.logprobs, "logprobs were asked for"
+    first = out.logprobs[0]
+    finite = {tid: lp.logprob for tid, lp in first.items() if math.isfinite(lp.logprob)}
+    assert finite
+    for token_id in finite:
+        piece = rt.engine.tokenizer.decode([token_id])
+        assert any(c.startswith(piece) for c in choices), f"masked-out token {piece!r} has a finite logprob"
+    # After the mask the legal tokens carry all the probability mass.
+    assert math.isclose(sum(math.exp(v) for v in finite.values()), 1.0, abs_tol=0.05)
+
+
+async def test_streaming_reassembles_and_ends_with_the_verdict(engine_runtime) -> None:
+    deltas = [
+        d async for d in engine_runtime.stream(ASK, Shape.from_json_schema(PERSON), SamplingOptions(max_tokens=80, temperature=0))
+    ]
+    assert len(deltas) > 1
+    assert all(d.verdict is None for d in deltas[:-1]) and deltas[-1].verdict is not None
+    text = "".join(d.text for d in deltas)
+    assert deltas[-1].verdict.text == text
+    assert deltas[-1].verdict.status is VerdictStatus.ACCEPTED
+    json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "shape, error",
+    [
+        (lambda: Shape.from_json_schema('{"type": "object", "properties": '), SchemaError),
+        (lambda: Shape.from_regex("(unclosed"), RegexError),
+        (lambda: Shape.from_ebnf("root ::= missing_rule"), GrammarSyntaxError),
+    ],
+)
+async def test_bad_input_is_a_typed_error_before_the_engine(engine_runtime, shape, error) -> None:
+    with pytest.raises(error) as exc:
+        await engine_runtime.generate(ASK, shape(), SamplingOptions(max_tokens=8))
+    assert str(exc.value)

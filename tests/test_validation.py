@@ -1,0 +1,111 @@
+"""The validation layer on its own: finish reasons, strict JSON, jsonschema, pydantic, grammars."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, field_validator
+
+from grammar import Shape, ShapeCompiler
+from schemas.verdict import Usage, VerdictStatus
+from service.validation import check_json, judge
+
+USAGE = Usage(prompt_tokens=5, completion_tokens=7, total_tokens=12)
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer", "minimum": 0},
+        "email": {"type": "string", "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    },
+    "required": ["name", "age"],
+}
+
+
+@pytest.fixture(scope="module")
+def compiler(vocab) -> ShapeCompiler:
+    return ShapeCompiler(vocab, isolation="inline")
+
+
+def _judge(compiler, shape, text, finish="stop", stop_reason=None):
+    return judge(text, finish_reason=finish, stop_reason=stop_reason, compiled=compiler.compile(shape), usage=USAGE)
+
+
+def test_accepted_carries_the_value(compiler) -> None:
+    verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), '{"name": "Ada", "age": 36}')
+    assert verdict.status is VerdictStatus.ACCEPTED
+    assert verdict.value == {"name": "Ada", "age": 36} and verdict.errors == []
+
+
+def test_length_is_truncated_even_when_the_text_parses(compiler) -> None:
+    verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), '{"name": "Ada", "age": 36}', finish="length")
+    assert verdict.status is VerdictStatus.TRUNCATED
+    assert verdict.value is None
+    assert verdict.errors[0].keyword == "finish_reason" and "7 tokens" in verdict.errors[0].message
+
+
+def test_abort_is_invalid(compiler) -> None:
+    verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), "{", finish="abort")
+    assert verdict.status is VerdictStatus.INVALID and verdict.errors[0].keyword == "finish_reason"
+
+
+@pytest.mark.parametrize(
+    "text, keyword, path",
+    [
+        ('{"name": "Ada"', "json", ""),
+        ('{"name": "Ada", "age": NaN}', "json", ""),
+        ('{"name": "Ada", "name": "Bob", "age": 1}', "json", ""),
+        ('{"name": "Ada"}', "required", ""),
+        ('{"name": "Ada", "age": -1}', "minimum", "/age"),
+        ('{"name": "Ada", "age": 1, "email": "not-an-email"}', "format", "/email"),
+        ('{"name": "Ada", "age": 1, "tags": ["x", "x"]}', "uniqueItems", "/tags"),
+    ],
+)
+def test_invalid_outputs_name_keyword_and_pointer(compiler, text, keyword, path) -> None:
+    verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), text)
+    assert verdict.status is VerdictStatus.INVALID and verdict.value is None
+    assert (verdict.errors[0].keyword, verdict.errors[0].path) == (keyword, path)
+
+
+def test_schema_draft_follows_dollar_schema() -> None:
+    # Draft 4: exclusiveMaximum is a boolean modifier of maximum (in 2020-12 it must be a number).
+    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "maximum": 5, "exclusiveMaximum": True}
+    assert check_json("5", draft4)[1][0].keyword == "maximum"
+    assert check_json("4", draft4) == (4, [])
+
+
+def test_pydantic_model_runs_after_the_schema(compiler) -> None:
+    class Even(BaseModel):
+        n: int
+
+        @field_validator("n")
+        @classmethod
+        def even(cls, v: int) -> int:
+            if v % 2:
+                raise ValueError("n must be even")
+            return v
+
+    shape = Shape.from_pydantic(Even)
+    assert _judge(compiler, shape, '{"n": 2}').status is VerdictStatus.ACCEPTED
+    verdict = _judge(compiler, shape, '{"n": 3}')
+    assert verdict.status is VerdictStatus.INVALID
+    assert verdict.errors[0].path == "/n" and verdict.errors[0].keyword.startswith("pydantic:")
+    assert "even" in verdict.errors[0].message
+
+
+def test_grammar_shapes_need_a_full_match_and_a_stop_token(compiler) -> None:
+    regex = Shape.from_regex(r"\d{3}")
+    assert _judge(compiler, regex, "123").status is VerdictStatus.ACCEPTED
+    assert _judge(compiler, regex, "123", stop_reason=0).status is VerdictStatus.ACCEPTED  # a stop token id
+    partial = _judge(compiler, regex, "12")
+    assert partial.status is VerdictStatus.INVALID and partial.errors[0].keyword == "regex"
+    by_string = _judge(compiler, regex, "123", stop_reason="\n")
+    assert by_string.status is VerdictStatus.INVALID and by_string.errors[0].keyword == "stop"
+    choice = Shape.from_choice(["yes", "no"])
+    assert _judge(compiler, choice, "no").status is VerdictStatus.ACCEPTED
+    assert _judge(compiler, choice, "nope").status is VerdictStatus.INVALID
+
+
+def test_unconstrained_generation_is_judged_on_finish_only() -> None:
+    verdict = judge("anything", finish_reason="stop", stop_reason=None, compiled=None, usage=USAGE)
+    assert verdict.status is VerdictStatus.ACCEPTED and verdict.keywords is None
