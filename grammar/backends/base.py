@@ -12,9 +12,12 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from grammar.errors import UnsupportedFeature
+
 if TYPE_CHECKING:
     import torch
 
+    from grammar.tools import ToolCalls
     from grammar.vocabulary import Vocabulary
 
 
@@ -34,6 +37,11 @@ class JsonOptions:
 
     strict_properties: bool = False
     max_whitespace: int = 2
+
+
+#: Prefix of a ``grammar`` spec that carries a serialized llguidance grammar (see
+#: ``service/vllm_plugin.py``, which teaches vLLM's engine to apply it).
+LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,12 @@ class Backend(ABC):
     def compile_choice(self, choices: tuple[str, ...]) -> CompiledGrammar:
         """Exactly one of ``choices``: an alternation of string literals."""
         return self.compile_ebnf("root ::= " + " | ".join(ebnf_literal(c) for c in choices))
+
+    def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> CompiledGrammar:
+        """Tool calls in the tagged format of ``grammar.tools`` (parameters already normalized;
+        each tool's ``strict`` overrides ``options.strict_properties``). Free text with optional
+        calls needs the engine's own trigger-and-dispatch support, so it is per backend."""
+        raise UnsupportedFeature(f"the {self.name} backend cannot compile tool calls", keyword="tools")
 
 
 def ebnf_literal(text: str) -> str:

@@ -1,0 +1,62 @@
+"""A vLLM general plugin: lets one engine apply grammars compiled by different backends.
+
+vLLM 0.32 binds one structured-output backend per engine. tokenmold chooses the backend per shape
+(``grammar.compiler``), so its plugin extends vLLM's xgrammar backend: a grammar spec that starts
+with ``LLGUIDANCE_MARKER`` carries a serialized llguidance grammar and is compiled by llguidance
+into the same int32 bitmask layout; everything else goes to xgrammar unchanged. Both are applied
+by vLLM in the model runner before any other logits processor.
+
+Registered as the ``vllm.general_plugins`` entry point ``tokenmold`` (pyproject.toml), so vLLM
+loads it in every process it starts, the engine core included.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grammar.backends.base import LLGUIDANCE_MARKER
+
+_registered = False
+
+
+def register() -> None:
+    """Idempotent (vLLM may call it several times per process)."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
+    from vllm.v1.structured_output import backend_xgrammar
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    original_compile = backend_xgrammar.XgrammarBackend.compile_grammar
+    original_validate = backend_xgrammar.validate_xgrammar_grammar
+
+    def compile_grammar(self: Any, request_type: Any, grammar_spec: str, stop_token_ids: Any = None) -> Any:
+        if request_type == StructuredOutputOptions.GRAMMAR and grammar_spec.startswith(LLGUIDANCE_MARKER):
+            return _compile_llguidance(self, grammar_spec[len(LLGUIDANCE_MARKER):])
+        return original_compile(self, request_type, grammar_spec, stop_token_ids)
+
+    def validate(sampling_params: Any) -> None:
+        grammar = getattr(sampling_params.structured_outputs, "grammar", None)
+        if isinstance(grammar, str) and grammar.startswith(LLGUIDANCE_MARKER):
+            return  # compiled and checked by tokenmold's compiler before submission
+        original_validate(sampling_params)
+
+    backend_xgrammar.XgrammarBackend.compile_grammar = compile_grammar
+    backend_xgrammar.validate_xgrammar_grammar = validate
+
+
+def _compile_llguidance(backend: Any, serialized: str) -> Any:
+    import llguidance
+    from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
+
+    ll_tokenizer = getattr(backend, "_tokenmold_ll_tokenizer", None)
+    if ll_tokenizer is None:
+        ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
+        backend._tokenmold_ll_tokenizer = ll_tokenizer
+    grammar = GuidanceGrammar(
+        ll_matcher=llguidance.LLMatcher(ll_tokenizer, serialized), ll_tokenizer=ll_tokenizer,
+        vocab_size=backend.vocab_size,
+    )
+    grammar.check_error()
+    return grammar
