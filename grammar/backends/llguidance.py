@@ -1,0 +1,199 @@
+"""llguidance: an Earley parser over regex lexemes that computes each mask on demand.
+
+Every input is first turned into Lark text (JSON Schema through llguidance's ``%json`` directive,
+GBNF through the package's own converter, a regex as one lexeme) and then into llguidance's
+serialized grammar. The engine spec is that serialized grammar behind ``LLGUIDANCE_MARKER``
+(``EngineSpec(kind="grammar")``), which tokenmold's vLLM plugin (``service/vllm_plugin.py``) hands
+to llguidance inside vLLM's engine. There is no per-vocabulary precompute: "compiling" builds one
+``LLMatcher`` (grammar checks, lexer set-up) that every request's matcher copies, so the cost of a
+schema shows up in the first masks rather than at compile time.
+
+llguidance never raises for a bad grammar or token; it enters a sticky error state that we read
+back (``is_error``/``get_error``) and turn into the typed errors of ``grammar.errors``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import llguidance
+from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
+
+from grammar.backends.base import LLGUIDANCE_MARKER, Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
+from grammar.errors import (
+    CompileFailed,
+    GrammarSyntaxError,
+    LimitExceeded,
+    RegexError,
+    SchemaError,
+    ShapeError,
+    UnsatisfiableSchema,
+    UnsupportedFeature,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+    from grammar.vocabulary import Vocabulary
+
+#: "at 2(6): message" -- where llguidance found an error in Lark text.
+_LARK_WHERE = re.compile(r"^at (\d+)\((\d+)\): ")
+#: The prefix ``%json`` puts before the schema compiler's own message.
+_JSON_PREFIX = "failed to compile JSON schema: "
+#: Resident size per byte of grammar text: a rough factor, llguidance does not report its size.
+_BYTES_PER_GRAMMAR_BYTE = 16
+_BASE_BYTES = 64 * 1024
+
+
+def _first_message(raw: str) -> tuple[str, int | None, int | None]:
+    """llguidance's message without its source excerpt, plus the Lark line and column if given."""
+    head = raw.strip().split("\n   1 | ", 1)[0].strip()
+    where = _LARK_WHERE.match(head)
+    if where is None:
+        return head, None, None
+    return head[where.end():], int(where.group(1)), int(where.group(2))
+
+
+def _schema_error(raw: str) -> ShapeError:
+    message = _first_message(raw)[0].removeprefix(_JSON_PREFIX)
+    text = f"llguidance: {message}"
+    if message.startswith("Unsatisfiable schema"):
+        return UnsatisfiableSchema(text)
+    if message.startswith(("Unimplemented keys", "Unknown format")) or "not supported" in message:
+        return UnsupportedFeature(text)
+    if "limit" in message.lower() or "too large" in message.lower():
+        return LimitExceeded(text, keyword="llguidance")
+    return SchemaError(text)
+
+
+def _lark_error(raw: str) -> ShapeError:
+    message, line, column = _first_message(raw)
+    return GrammarSyntaxError(f"llguidance (Lark): {message}", line=line, column=column)
+
+
+def _regex_error(raw: str) -> ShapeError:
+    """The ``error: ...`` line of the regex parser, with the caret column of its excerpt."""
+    lines = raw.splitlines()
+    reason = next((ln[len("error: "):] for ln in lines if ln.startswith("error: ")), _first_message(raw)[0])
+    caret = next((ln for ln in lines if ln.strip() and set(ln.strip()) == {"^"}), None)
+    column = caret.index("^") - 3 if caret is not None else None  # the excerpt is indented by 4
+    return RegexError(f"llguidance: {reason}", line=1 if column else None, column=column)
+
+
+class LLGuidanceMatcher(Matcher):
+    def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary) -> None:
+        self._matcher = matcher
+        self._vocab = vocab
+
+    def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
+        # What ``llguidance.torch.fill_next_token_bitmask`` does, without importing that module:
+        # it compiles a torch kernel at import time, which costs seconds of torch._dynamo imports.
+        row = bitmask[index]
+        if row.element_size() != 4 or not row.is_contiguous() or row.device.type != "cpu":
+            raise ValueError("the bitmask must be a contiguous int32 tensor in CPU memory")
+        self._matcher.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * row.element_size())
+
+    def accept_token(self, token_id: int) -> bool:
+        if self.error is not None:
+            return False
+        if not self._matcher.consume_token(token_id):
+            self.error = self._matcher.get_error() or f"token {token_id} is not allowed here"
+            return False
+        return True
+
+    def accept_text(self, text: str) -> bool:
+        """Advance by the tokens of ``vocab.encode(text)``.
+
+        llguidance consumes tokens, not bytes, so this depends on the tokenization. Its masks allow
+        every token whose bytes fit the grammar, so any tokenization of an allowed text passes and the
+        answer is the same as a byte-level check, except where a grammar restricts tokens themselves.
+        """
+        return all(self.accept_token(token) for token in self._vocab.encode(text))
+
+    def is_accepting(self) -> bool:
+        return self.error is None and self._matcher.is_accepting()
+
+
+class LLGuidanceCompiled(CompiledGrammar):
+    backend = "llguidance"
+
+    def __init__(self, prototype: llguidance.LLMatcher, grammar: str, vocab: Vocabulary) -> None:
+        self._prototype = prototype  # never advanced: each request gets a copy
+        self._vocab = vocab
+        self.grammar = grammar
+
+    def matcher(self) -> LLGuidanceMatcher:
+        return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab)
+
+    @property
+    def memory_bytes(self) -> int:
+        return _BASE_BYTES + _BYTES_PER_GRAMMAR_BYTE * len(self.grammar)
+
+    @property
+    def engine_spec(self) -> EngineSpec:
+        return EngineSpec(kind="grammar", text=LLGUIDANCE_MARKER + self.grammar, backend=self.backend)
+
+
+class LLGuidanceBackend(Backend):
+    name = "llguidance"
+
+    def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> LLGuidanceCompiled:
+        """Compile through Lark's ``%json``, with the layout options in the schema's ``x-guidance``.
+
+        Two options cannot be honoured as xgrammar honours them. llguidance has no switch for
+        strict properties, so ``strict_properties=True`` is refused: the schema must spell it out
+        (``additionalProperties: false``). And its whitespace is a repeatable lexeme, so a bounded
+        ``whitespace_pattern`` does not bound a gap; any ``max_whitespace`` therefore gives compact
+        JSON, the one layout inside every bound.
+        """
+        if options.strict_properties:
+            raise UnsupportedFeature(
+                "llguidance has no strict-properties mode; state additionalProperties: false in the schema",
+                keyword="strict_properties",
+            )
+        if schema is not False:
+            layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
+        return self.compile_lark("start: %json " + json.dumps(schema), _schema_error)
+
+    def compile_ebnf(self, grammar: str) -> LLGuidanceCompiled:
+        """GBNF (xgrammar's dialect is GBNF-like) or Lark, converted by llguidance's own converter."""
+        try:
+            lark = any_to_lark(grammar)
+        except GbnfToLarkError as exc:
+            before = grammar[: exc.pos.pos]
+            raise GrammarSyntaxError(
+                f"llguidance (GBNF): {str(exc).split(' at line ')[0]}",
+                line=before.count("\n") + 1,
+                column=exc.pos.pos - (before.rfind("\n") + 1) + 1,
+            ) from None
+        except Exception as exc:  # the converter also raises bare Exceptions (e.g. unknown rules)
+            raise GrammarSyntaxError(f"llguidance (GBNF): {exc}") from None
+        return self.compile_lark(lark, _lark_error)
+
+    def compile_regex(self, pattern: str) -> LLGuidanceCompiled:
+        return self.compile_lark("start: /" + llguidance.regex_to_lark(pattern) + "/", _regex_error)
+
+    def compile_choice(self, choices: tuple[str, ...]) -> LLGuidanceCompiled:
+        """Lark string literals are JSON strings, so JSON escaping is exact for any text."""
+        return self.compile_lark("start: " + " | ".join(json.dumps(c) for c in choices), _lark_error)
+
+    def compile_lark(self, lark: str, on_error: Callable[[str], ShapeError] = _lark_error) -> LLGuidanceCompiled:
+        """Compile Lark text; ``on_error`` turns llguidance's message into the caller's error type."""
+        return self.compile_grammar(llguidance.LLMatcher.grammar_from_lark(lark), on_error=on_error)
+
+    def compile_grammar(
+        self,
+        grammar: str,
+        *,
+        on_error: Callable[[str], ShapeError] = lambda raw: CompileFailed(f"llguidance: {_first_message(raw)[0]}"),
+    ) -> LLGuidanceCompiled:
+        """Compile a grammar in llguidance's own serialized form (what ``LLMatcher.grammar_from_*``
+        returns)."""
+        prototype = llguidance.LLMatcher(self.vocab.llguidance_tokenizer, grammar, log_level=0)
+        if prototype.is_error():
+            raise on_error(prototype.get_error())
+        return LLGuidanceCompiled(prototype, grammar, self.vocab)

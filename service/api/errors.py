@@ -1,0 +1,127 @@
+"""The one place where exceptions become HTTP responses, always OpenAI's error body:
+``{"error": {"message", "type", "param", "code"}}``.
+
+| exception | status | code |
+|---|---|---|
+| grammar ``ShapeError`` (bad shape; limit; compile timeout) | 400 | the error's own (``invalid_schema``, ...) |
+| ``RequestError`` (``PromptTooLong``: ``context_length_exceeded``) | 400 | the error's own |
+| ``ModelNotFound`` | 404 | ``model_not_found`` |
+| request validation (FastAPI's or ``SamplingOptions``') | 400 | ``invalid_request`` |
+| body larger than ``--max-body-bytes`` | 413 | ``request_too_large`` |
+| ``Unaccepted`` (reject-unaccepted mode) | 422 | ``unaccepted_output``, with ``validation`` |
+| ``EngineUnavailable`` | 503 | ``engine_unavailable`` |
+| anything else | 500 | ``internal_error`` (logged; no internals in the body) |
+
+Shape errors keep their precise message (JSON Pointer, keyword, line:column); ``param`` names the
+request field the shape came from.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pydantic
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from grammar import ShapeError
+from schemas.openai import ChoiceVerdict, ErrorBody, ErrorDetail
+from service.errors import EngineUnavailable, ModelNotFound, RequestError, Unaccepted
+
+log = logging.getLogger("tokenmold.api")
+
+#: OpenAI's ``type`` per status family, and our ``code`` for statuses raised as HTTPException.
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          413: "invalid_request_error", 422: "unaccepted_output_error", 503: "service_unavailable_error"}
+_CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None,
+    param: str | None = None,
+    validation: list[ChoiceVerdict] | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    """An OpenAI error body (also used by the body-size middleware, outside the handlers)."""
+    detail = ErrorDetail(
+        message=message, type=_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+        param=param, code=code, validation=validation,
+    )
+    return JSONResponse(ErrorBody(error=detail).model_dump(mode="json", exclude_none=True), status, headers=headers)
+
+
+def unaccepted_response(verdicts: list[ChoiceVerdict]) -> JSONResponse:
+    """422 with every unaccepted choice's verdict (also the body of a stream's closing error event)."""
+    reasons = "; ".join(
+        f"choice {v.index} is {v.status.value}" + (f": {v.errors[0].message}" if v.errors else "") for v in verdicts
+    )
+    return error_response(422, f"the output is not accepted ({reasons})", code=Unaccepted.code, validation=verdicts)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    @app.exception_handler(ShapeError)
+    async def shape_error(request: Request, exc: ShapeError) -> JSONResponse:
+        return error_response(400, str(exc), code=exc.code, param=getattr(request.state, "shape_param", None))
+
+    @app.exception_handler(RequestError)
+    async def request_error(request: Request, exc: RequestError) -> JSONResponse:
+        status = 404 if isinstance(exc, ModelNotFound) else 400
+        return error_response(status, exc.message, code=exc.code, param=exc.param)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _validation_error(exc.errors(), drop_prefix=True)
+
+    @app.exception_handler(pydantic.ValidationError)
+    async def invalid_values(request: Request, exc: pydantic.ValidationError) -> JSONResponse:
+        return _validation_error(exc.errors(), drop_prefix=False)
+
+    @app.exception_handler(Unaccepted)
+    async def unaccepted(request: Request, exc: Unaccepted) -> JSONResponse:
+        return unaccepted_response(exc.verdicts)
+
+    @app.exception_handler(EngineUnavailable)
+    async def engine_unavailable(request: Request, exc: EngineUnavailable) -> JSONResponse:
+        return error_response(503, f"the engine is unavailable: {exc}", code="engine_unavailable")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return error_response(
+            exc.status_code, str(exc.detail), code=_CODES.get(exc.status_code), headers=getattr(exc, "headers", None)
+        )
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return error_response(500, "internal error; the server log has the details", code="internal_error")
+
+
+def _validation_error(errors: Any, *, drop_prefix: bool) -> JSONResponse:
+    """400 naming the first offending fields, e.g. ``messages[0].role: Input should be ...``."""
+    described = []
+    for error in list(errors)[:3]:
+        loc = list(error.get("loc", ()))
+        if drop_prefix and loc and loc[0] == "body":
+            loc = loc[1:]
+        if error.get("type") == "json_invalid":
+            described.append((None, f"the body is not valid JSON: {error.get('ctx', {}).get('error', error['msg'])}"))
+            continue
+        where = _field_path(loc)
+        described.append((where, f"{where}: {error['msg']}" if where else error["msg"]))
+    message = "; ".join(text for _, text in described) or "invalid request"
+    return error_response(400, message, code="invalid_request", param=described[0][0] if described else None)
+
+
+def _field_path(loc: list[Any]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
+    return path

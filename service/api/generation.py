@@ -1,0 +1,162 @@
+"""The path both generation routes share: compile first, then generate or stream, then answer.
+
+Compiling before anything else means a bad shape is a 400 even for a streamed request (the status
+line is not sent yet), and lets the compile wait be measured. Requests are never serialized here:
+each awaits its own compile (in a worker thread and a killable process) and its own engine request,
+and vLLM batches whatever is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Protocol, TypeVar
+
+import anyio
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
+
+from grammar import CompiledShape
+from schemas.openai import ChoiceVerdict, GenerationRequest
+from service.api.deps import reject_unaccepted
+from service.api.errors import unaccepted_response
+from service.api.metrics import CLIENT_GONE, Metrics
+from service.api.settings import ServerSettings
+from service.api.translate import Plan, unaccepted
+from service.errors import ModelNotFound, Unaccepted
+from service.runtime import GenerationResult, Runtime, StreamDelta
+
+T = TypeVar("T")
+
+
+class Streamer(Protocol):
+    """``translate.ChatStream`` or ``translate.CompletionStream``."""
+
+    def chunks(self, delta: StreamDelta) -> list[BaseModel]: ...
+
+    def usage_chunk(self) -> BaseModel: ...
+
+
+class Generation:
+    """What the routes share: the runtime, the settings, the metrics, and the request flow."""
+
+    def __init__(self, runtime: Runtime, settings: ServerSettings, metrics: Metrics) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.metrics = metrics
+        self.started = time.time()
+
+    def check_model(self, name: str) -> None:
+        if name != self.settings.model_name:
+            raise ModelNotFound(
+                f"the model {name!r} is not served here; this server serves {self.settings.model_name!r}",
+                param="model",
+            )
+
+    async def respond(
+        self,
+        request: Request,
+        body: GenerationRequest,
+        plan: Plan,
+        *,
+        streamer: Callable[..., Streamer],
+        answer: Callable[..., BaseModel],
+    ) -> Response:
+        """Answer ``body`` (planned as ``plan``) whole, as ``answer(result, plan, model=...)``, or if it
+        asks to, as a stream of ``streamer(plan, model=...)``'s chunks."""
+        self.check_model(body.model)
+        reject = reject_unaccepted(request)
+        model = self.settings.model_name
+        if not body.stream:
+            return await self.complete(request, plan, reject=reject, answer=lambda r: answer(r, plan, model=model))
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        return await self.stream(
+            request, plan, reject=reject, streamer=streamer(plan, model=model), include_usage=include_usage
+        )
+
+    async def complete(
+        self, request: Request, plan: Plan, *, reject: bool, answer: Callable[[GenerationResult], BaseModel]
+    ) -> Response:
+        """A whole response; with ``reject``, an unaccepted output is a 422."""
+        compiled = await self._compile(request, plan)
+        result = await _unless_disconnected(request, self.runtime.generate(plan.prompt, compiled, plan.sampling))
+        if result is None:
+            return Response(status_code=CLIENT_GONE)  # nobody reads it; the engine request was aborted
+        for i, completion in enumerate(result.completions):
+            self.metrics.observe_verdict(completion.verdict, count_prompt=i == 0)
+        rejected = unaccepted((c.index, c.verdict) for c in result.completions)
+        if reject and rejected:
+            raise Unaccepted(rejected)
+        return JSONResponse(answer(result).model_dump(mode="json"))
+
+    async def stream(
+        self, request: Request, plan: Plan, *, reject: bool, streamer: Streamer, include_usage: bool
+    ) -> StreamingResponse:
+        """Server-sent events: ``data: {chunk}`` ... ``data: [DONE]``. Errors up to the first delta
+        (compile, prompt too long, engine down) are still plain HTTP errors. With ``reject``, an
+        unaccepted output ends the stream with an error event (the status line is long gone)."""
+        compiled = await self._compile(request, plan)
+        deltas = self.runtime.stream(plan.prompt, compiled, plan.sampling)
+        first = await anext(deltas)
+
+        async def events() -> AsyncIterator[str]:
+            finished: set[int] = set()
+            rejected: list[ChoiceVerdict] = []
+            try:
+                async for delta in _chain(first, deltas):
+                    if delta.verdict is not None:
+                        self.metrics.observe_verdict(delta.verdict, count_prompt=not finished)
+                        finished.add(delta.index)
+                        rejected += unaccepted([(delta.index, delta.verdict)])
+                    for chunk in streamer.chunks(delta):
+                        yield f"data: {chunk.model_dump_json()}\n\n"
+                if reject and rejected:
+                    yield f"data: {bytes(unaccepted_response(rejected).body).decode()}\n\n"
+                elif include_usage:
+                    yield f"data: {streamer.usage_chunk().model_dump_json()}\n\n"
+                yield "data: [DONE]\n\n"
+            finally:
+                # A client that goes away cancels this generator; shielded, the engine abort still runs.
+                with anyio.CancelScope(shield=True):
+                    await deltas.aclose()
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    async def _compile(self, request: Request, plan: Plan) -> CompiledShape | None:
+        if plan.shape is None:
+            return None
+        request.state.shape_param = plan.shape_param  # named by the error mapper if this fails
+        started = time.perf_counter()
+        try:
+            return await self.runtime.compile(plan.shape, plan.options)
+        finally:
+            self.metrics.compile_seconds.observe(time.perf_counter() - started)
+
+
+async def _chain(first: StreamDelta, rest: AsyncIterator[StreamDelta]) -> AsyncIterator[StreamDelta]:
+    yield first
+    async for delta in rest:
+        yield delta
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[T]) -> T | None:
+    """Await ``work``; if the client disconnects first, cancel it (which aborts its engine request)
+    and return ``None``."""
+    task = asyncio.ensure_future(work)
+
+    async def watch() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        task.cancel()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        return await task
+    except asyncio.CancelledError:
+        if watcher.done() and not watcher.cancelled():
+            return None
+        raise
+    finally:
+        watcher.cancel()

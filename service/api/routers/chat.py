@@ -1,0 +1,21 @@
+"""POST /v1/chat/completions: messages through the model's chat template."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from schemas.openai import ChatCompletionRequest
+from service.api.deps import get_generation
+from service.api.generation import Generation
+from service.api.translate import ChatStream, chat_plan, chat_response
+
+router = APIRouter()
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(
+    body: ChatCompletionRequest, request: Request, generation: Generation = Depends(get_generation)
+) -> Response:
+    plan = chat_plan(body, generation.runtime.model)
+    return await generation.respond(request, body, plan, streamer=ChatStream, answer=chat_response)

@@ -1,0 +1,21 @@
+"""POST /v1/completions: a raw text prompt, no chat template."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+
+from schemas.openai import CompletionRequest
+from service.api.deps import get_generation
+from service.api.generation import Generation
+from service.api.translate import CompletionStream, completion_plan, completion_response
+
+router = APIRouter()
+
+
+@router.post("/v1/completions")
+async def completions(
+    body: CompletionRequest, request: Request, generation: Generation = Depends(get_generation)
+) -> Response:
+    plan = completion_plan(body, generation.runtime.model)
+    return await generation.respond(request, body, plan, streamer=CompletionStream, answer=completion_response)

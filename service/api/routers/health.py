@@ -1,0 +1,19 @@
+"""GET /health: 200 only while the engine is alive (a load balancer's signal); no API key."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+
+from service.api.deps import get_runtime
+from service.errors import EngineUnavailable
+from service.runtime import Runtime
+
+router = APIRouter()
+
+
+@router.get("/health")
+async def health(runtime: Runtime = Depends(get_runtime)) -> Response:
+    if not await runtime.engine.is_healthy():
+        raise EngineUnavailable("the engine does not answer its health check")
+    return Response(status_code=200)

@@ -1,0 +1,17 @@
+"""GET /metrics: Prometheus text format (see ``service.api.metrics`` for what is counted)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from service.api.deps import get_generation
+from service.api.generation import Generation
+
+router = APIRouter()
+
+
+@router.get("/metrics")
+async def metrics(generation: Generation = Depends(get_generation)) -> Response:
+    return Response(generation.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,29 @@
+"""GET /v1/models and /v1/models/{id}: the one model this server serves."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from schemas.openai import ModelCard, ModelList
+from service.api.deps import get_generation
+from service.api.generation import Generation
+
+router = APIRouter()
+
+
+def _card(generation: Generation) -> ModelCard:
+    return ModelCard(
+        id=generation.settings.model_name, created=int(generation.started),
+        max_model_len=generation.runtime.engine.max_model_len,
+    )
+
+
+@router.get("/v1/models")
+async def list_models(generation: Generation = Depends(get_generation)) -> ModelList:
+    return ModelList(data=[_card(generation)])
+
+
+@router.get("/v1/models/{model_id:path}")
+async def get_model(model_id: str, generation: Generation = Depends(get_generation)) -> ModelCard:
+    generation.check_model(model_id)
+    return _card(generation)

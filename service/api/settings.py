@@ -1,0 +1,27 @@
+"""Settings of the HTTP layer (the engine's and the grammar layer's are in ``RuntimeConfig``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """
+    Parameters
+    ----------
+    model_name:
+        The model id this server answers to (``/v1/models``, the ``model`` field of requests).
+    api_key:
+        When set, every route except ``/health`` needs ``Authorization: Bearer <api_key>``.
+    max_body_bytes:
+        Largest request body; bigger ones are refused with 413 while being read, before parsing.
+    reject_unaccepted:
+        Answer 422 instead of 200 when an output is truncated or invalid (per request:
+        the ``X-Tokenmold-Reject-Unaccepted`` header overrides it).
+    """
+
+    model_name: str
+    api_key: str | None = None
+    max_body_bytes: int = 2_000_000
+    reject_unaccepted: bool = False

@@ -1,0 +1,205 @@
+"""The engines a benchmark compares: tokenmold's own path and the raw engines as their users get them.
+
+``tokenmold`` is the product: ``ShapeCompiler`` (normalize + xgrammar, non-strict, bounded
+whitespace) followed by the validation layer. The raw engines are called with their own defaults,
+the way vLLM calls them: xgrammar ``compile_json_schema`` (strict mode, any whitespace) and its
+non-strict variant, llguidance ``grammar_from_json_schema`` without options, outlines-core
+``build_regex_from_schema`` without options. Each adapter reuses the matcher classes of
+``grammar.backends``, so masks are filled and tokens committed by exactly the same code everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
+from grammar.backends.base import CompiledGrammar
+from service.bench.bitmask import new_bitmask
+
+if TYPE_CHECKING:
+    import torch
+
+#: Every engine name the benchmarks accept, in table order.
+ENGINE_NAMES = ("tokenmold", "xgrammar", "xgrammar-nonstrict", "llguidance", "outlines")
+
+_LOG_PREFIX = re.compile(r"^\[[^\]]*\] \S+?:\d+: ")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
+_NUMBER = re.compile(r"\d+")
+#: Compiled once as a worker starts, so that one-time set-up (an engine's vocabulary tables, lazy
+#: initialization on first use) is not charged to the first schema of a run.
+_WARM_UP_SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+
+
+def default_tokenizer_dir() -> str:
+    """The embedded model's folder (converted on first use): its tokenizer is the one served."""
+    from service.model_home import ensure_default_model
+
+    return str(ensure_default_model())
+
+
+def load_vocabulary(folder: str) -> Vocabulary:
+    """The vocabulary of a model folder as the runtime sees it (logits width, every stop id), or of
+    a bare tokenizer folder (its own size and EOS ids) when there is no model config."""
+    from service.model_info import ModelInfo, stop_token_ids
+
+    if (Path(folder) / "config.json").exists():
+        info = ModelInfo.load(folder)
+        tokenizer, size, stops = info.tokenizer, info.vocab_size, info.stop_token_ids
+    else:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        size, stops = len(tokenizer), stop_token_ids(tokenizer, None)
+    return Vocabulary(tokenizer, vocab_size=size, stop_token_ids=stops)
+
+
+class BenchEngine(ABC):
+    """A JSON Schema in, a token-level grammar out, for one vocabulary."""
+
+    name: ClassVar[str]
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.vocab = vocab
+
+    @abstractmethod
+    def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
+        """Compile ``schema``; any exception is a compile error, categorized by ``error_category``."""
+
+    def warm_up(self) -> None:
+        self.compile(_WARM_UP_SCHEMA).matcher().fill_next_token_bitmask(new_bitmask(self.vocab))
+
+    def error_category(self, exc: Exception) -> str:
+        """A short, stable bucket for a raw engine's error: its class and a normalized first line."""
+        message = exc.message if isinstance(exc, ShapeError) else str(exc)
+        line = _LOG_PREFIX.sub("", message.strip().split("\n")[0])
+        line = _NUMBER.sub("N", _QUOTED.sub("…", line)).strip()
+        return f"{type(exc).__name__}: {line[:70]}"
+
+    def final_accepts(self, schema: dict[str, Any] | bool, text: str) -> bool | None:
+        """Whether the layer after the mask accepts ``text``; ``None``: there is no such layer, the
+        mask's verdict is final."""
+        return None
+
+
+class TokenmoldEngine(BenchEngine):
+    """tokenmold as served: ShapeCompiler with default (non-strict) options, then validation."""
+
+    name = "tokenmold"
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        super().__init__(vocab)
+        # No cache: every schema pays its full compile, as for the raw engines.
+        self._compiler = ShapeCompiler(vocab, isolation="inline", cache_bytes=0)
+
+    def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
+        compiled = self._compiler.compile(Shape.from_json_schema(schema), CompileOptions())
+        assert compiled.token_grammar is not None  # inline compilation always keeps it
+        return compiled.token_grammar
+
+    def error_category(self, exc: Exception) -> str:
+        return exc.code if isinstance(exc, ShapeError) else f"crash: {type(exc).__name__}"
+
+    def final_accepts(self, schema: dict[str, Any] | bool, text: str) -> bool:
+        from service.validation import check_json
+
+        return not check_json(text, schema)[1]
+
+
+class XGrammarEngine(BenchEngine):
+    """xgrammar's ``compile_json_schema`` with its defaults (strict mode, any whitespace)."""
+
+    name = "xgrammar"
+    strict_mode: ClassVar[bool] = True
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        import xgrammar as xgr
+
+        super().__init__(vocab)
+        self._compiler = xgr.GrammarCompiler(vocab.xgrammar_info, max_threads=1, cache_enabled=False)
+
+    def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
+        from grammar.backends.xgrammar import XGrammarCompiled
+
+        return XGrammarCompiled(self._compiler.compile_json_schema(json.dumps(schema), strict_mode=self.strict_mode))
+
+
+class XGrammarNonStrictEngine(XGrammarEngine):
+    """xgrammar with ``strict_mode=False``: properties the schema does not list are allowed."""
+
+    name = "xgrammar-nonstrict"
+    strict_mode = False
+
+
+class LLGuidanceEngine(BenchEngine):
+    """llguidance's ``grammar_from_json_schema`` without options (flexible whitespace)."""
+
+    name = "llguidance"
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        from grammar.backends.llguidance import LLGuidanceBackend
+
+        super().__init__(vocab)
+        self._backend = LLGuidanceBackend(vocab)
+
+    def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
+        import llguidance
+
+        return self._backend.compile_grammar(llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)))
+
+
+class OutlinesEngine(BenchEngine):
+    """outlines-core's ``build_regex_from_schema`` with its defaults, then its index."""
+
+    name = "outlines"
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        from grammar.backends.outlines import OutlinesBackend
+
+        super().__init__(vocab)
+        self._backend = OutlinesBackend(vocab)
+
+    def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
+        from outlines_core.json_schema import build_regex_from_schema
+
+        return self._backend.compile_regex(build_regex_from_schema(json.dumps(schema)))
+
+
+_ENGINES: dict[str, type[BenchEngine]] = {
+    cls.name: cls
+    for cls in (TokenmoldEngine, XGrammarEngine, XGrammarNonStrictEngine, LLGuidanceEngine, OutlinesEngine)
+}
+
+
+def open_engine(name: str, vocab: Vocabulary) -> BenchEngine:
+    return _ENGINES[name](vocab)
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """The first event of every file: did the schema compile, and how long until the first mask."""
+
+    ok: bool
+    ttfm_ms: float
+    error: str | None = None
+    message: str | None = None
+
+
+def compile_timed(
+    engine: BenchEngine, schema: dict[str, Any] | bool, bitmask: torch.Tensor
+) -> tuple[CompileResult, CompiledGrammar | None]:
+    """Compile and fill the first mask (time to first mask: what a request waits before its first
+    token), or the categorized error."""
+    started = time.perf_counter()
+    try:
+        compiled = engine.compile(schema)
+        compiled.matcher().fill_next_token_bitmask(bitmask)
+    except Exception as exc:  # every engine failure is a result here, not a crash of the bench
+        elapsed = (time.perf_counter() - started) * 1e3
+        return CompileResult(False, elapsed, engine.error_category(exc), " ".join(str(exc).split())[:300]), None
+    return CompileResult(True, (time.perf_counter() - started) * 1e3), compiled

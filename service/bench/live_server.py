@@ -1,0 +1,118 @@
+"""``tokenmold serve`` as a child process on loopback: started, waited for, measured and stopped.
+
+Used by ``bench load`` and the HTTP tests. The server runs in its own process group so that its
+vLLM engine and compile workers are accounted for (RSS) and verifiably gone afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class ServerFailed(RuntimeError):
+    """The server exited or never became healthy; the message carries the end of its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LiveServer:
+    """A context manager; ``url`` is set once the server answers /health with 200."""
+
+    def __init__(self, *serve_args: str, log: Path, startup_timeout_s: float = 300.0) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._args = serve_args
+        self._startup_timeout_s = startup_timeout_s
+        self._proc: subprocess.Popen[bytes] | None = None
+        #: Set on exit: whether any process of the server's group outlived the shutdown.
+        self.left_processes_behind = False
+
+    def __enter__(self) -> LiveServer:
+        command = [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port), *self._args]
+        with open(self.log, "wb") as out:
+            self._proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + self._startup_timeout_s
+        while True:
+            if self._proc.poll() is not None:
+                self._stop()
+                raise ServerFailed(f"the server exited with {self._proc.returncode}:\n{self._tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                self._stop()
+                raise ServerFailed(f"the server did not become healthy:\n{self._tail()}")
+            time.sleep(0.5)
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop()
+
+    def model_id(self, api_key: str | None = None) -> str:
+        """The id the server serves its model under (the ``model`` of every request)."""
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        return str(httpx.get(f"{self.url}/v1/models", headers=headers, timeout=10).json()["data"][0]["id"])
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server and every process it started (engine, compile workers)."""
+        import psutil
+
+        assert self._proc is not None
+        try:
+            root = psutil.Process(self._proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return 0
+        total = 0
+        for proc in procs:
+            try:
+                total += proc.memory_info().rss
+            except psutil.NoSuchProcess:
+                continue
+        return total
+
+    def _stop(self) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+        deadline = time.monotonic() + 20
+        while _group_alive(self._proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.left_processes_behind = _group_alive(self._proc.pid)
+        if self.left_processes_behind:
+            os.killpg(self._proc.pid, signal.SIGKILL)
+
+    def _tail(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-3000:]
+        except OSError:
+            return ""
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

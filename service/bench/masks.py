@@ -1,0 +1,237 @@
+"""MaskBench: do an engine's masks admit every valid instance and refuse invalid ones, and how fast?
+
+For each schema: compile and fill the first mask (time to first mask, ``ttfm``). For each test
+instance: serialize it as compact JSON, tokenize it (no special tokens) and walk its tokens; before
+each one the next-token bitmask is filled (timed: ``tbm``) and must allow the token, which is then
+committed. An instance is accepted by the mask when every token passes and a stop token is allowed
+at the end. For tokenmold the validation layer then judges the text too (``*_final``); the raw
+engines have no such layer, so their final verdict is the mask's.
+
+    tokenmold bench masks PATH... [--engines a,b] [--limit N] [--seed S] [--timeout S]
+                                  [--jobs N] [--tokenizer DIR] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from array import array
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grammar.backends.base import CompiledGrammar
+from service.bench.bitmask import is_allowed, new_bitmask
+from service.bench.corpus import Instance, load_case, source_of
+from service.bench.engines import BenchEngine, compile_timed
+from service.bench.report import MAX_EXAMPLES, CompileStats, number, percentiles, ratio, table
+from service.bench.runner import Outcome, add_common_arguments, run_benchmark
+
+
+@dataclass(frozen=True)
+class InstanceResult:
+    """One test instance walked through one engine's masks."""
+
+    index: int
+    valid: bool
+    tokens: int
+    accepted_by_mask: bool
+    #: The mask's verdict after the validation layer (equal to it for engines without one).
+    accepted_final: bool
+    #: Position of the first token the mask refused, if any.
+    rejected_at: int | None
+    tbm_us: list[float]
+    #: The mask and the matcher disagreed (a token allowed but not committed, or the stop token
+    #: allowed while the matcher says incomplete, or the reverse).
+    mismatch: str | None = None
+    #: The validation layer raised instead of judging.
+    validator_error: str | None = None
+
+
+def measure_file(engine: BenchEngine, path: str) -> Iterator[Any]:
+    """The job run in each engine's worker: a ``CompileResult``, then one ``InstanceResult`` per test."""
+    case = load_case(path)
+    bitmask = new_bitmask(engine.vocab)
+    result, compiled = compile_timed(engine, case.schema, bitmask)
+    yield result
+    if compiled is None:
+        return
+    for index, instance in enumerate(case.tests):
+        yield _measure_instance(engine, compiled, case.schema, index, instance, bitmask)
+
+
+def _measure_instance(
+    engine: BenchEngine,
+    compiled: CompiledGrammar,
+    schema: dict[str, Any] | bool,
+    index: int,
+    instance: Instance,
+    bitmask: torch.Tensor,
+) -> InstanceResult:
+    text = json.dumps(instance.data, separators=(",", ":"), ensure_ascii=False)
+    tokens = engine.vocab.encode(text)
+    matcher = compiled.matcher()
+    times: list[float] = []
+
+    def fill() -> None:
+        started = time.perf_counter()
+        matcher.fill_next_token_bitmask(bitmask)
+        times.append((time.perf_counter() - started) * 1e6)
+
+    def result(accepted: bool, rejected_at: int | None = None, mismatch: str | None = None) -> InstanceResult:
+        final, validator_error = accepted, None
+        if accepted:
+            try:
+                verdict = engine.final_accepts(schema, text)
+            except Exception as exc:  # a schema the validator cannot handle: counted, not accepted
+                verdict, validator_error = False, f"{type(exc).__name__}: {exc}"[:300]
+            final = accepted if verdict is None else verdict
+        return InstanceResult(
+            index, instance.valid, len(tokens), accepted, final, rejected_at, times, mismatch, validator_error
+        )
+
+    for position, token in enumerate(tokens):
+        fill()
+        if not is_allowed(bitmask, token):
+            return result(False, position)
+        if not matcher.accept_token(token):
+            return result(False, position, f"token {position} allowed by the mask, refused: {matcher.error}")
+    fill()
+    stop_allowed = any(is_allowed(bitmask, stop) for stop in engine.vocab.stop_token_ids)
+    mismatch = None
+    if stop_allowed != matcher.is_accepting():
+        mismatch = f"stop allowed by the mask: {stop_allowed}, matcher accepting: {matcher.is_accepting()}"
+    return result(stop_allowed, None if stop_allowed else len(tokens), mismatch)
+
+
+_SOURCE_FIELDS = (
+    "schemas", "compiled", "timeouts", "valid_tests", "valid_rejected",
+    "invalid_tests", "invalid_accepted_by_mask", "invalid_accepted_final",
+)
+
+
+@dataclass
+class MaskStats:
+    """One engine's results over all files."""
+
+    compile: CompileStats = field(default_factory=CompileStats)
+    valid_tests: int = 0
+    valid_rejected: int = 0
+    valid_rejected_final: int = 0
+    invalid_tests: int = 0
+    invalid_accepted_by_mask: int = 0
+    invalid_accepted_final: int = 0
+    mismatches: int = 0
+    validator_errors: int = 0
+    tbm_us: array = field(default_factory=lambda: array("d"))
+    #: Where the largest single mask fill was measured.
+    slowest_mask: dict[str, Any] = field(default_factory=dict)
+    by_source: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
+    examples: defaultdict[str, list[dict[str, Any]]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, outcome: Outcome) -> None:
+        name = Path(outcome.path).name
+        source = self.by_source[source_of(name)]
+        source["schemas"] += 1
+        if not outcome.events:
+            source["timeouts"] += outcome.timed_out
+        if not self.compile.add(outcome):
+            return
+        source["compiled"] += 1
+        for result in outcome.events[1:]:
+            self._add_instance(name, source, result)
+
+    def _add_instance(self, name: str, source: Counter[str], result: InstanceResult) -> None:
+        self.tbm_us.extend(result.tbm_us)
+        where = {"file": name, "test": result.index, "tokens": result.tokens, "rejected_at": result.rejected_at}
+        if result.tbm_us and max(result.tbm_us) > self.slowest_mask.get("tbm_us", -1.0):
+            slowest = max(range(len(result.tbm_us)), key=result.tbm_us.__getitem__)
+            self.slowest_mask = {"file": name, "test": result.index, "token": slowest,
+                                 "tbm_us": round(result.tbm_us[slowest], 1)}
+        if result.mismatch:
+            self.mismatches += 1
+            self._example("mismatch", {**where, "detail": result.mismatch})
+        if result.validator_error:
+            self.validator_errors += 1
+            self._example("validator_error", {**where, "detail": result.validator_error})
+        if result.valid:
+            self.valid_tests += 1
+            source["valid_tests"] += 1
+            if not result.accepted_by_mask:
+                self.valid_rejected += 1
+                source["valid_rejected"] += 1
+                self._example("valid_rejected", where)
+            if not result.accepted_final:
+                self.valid_rejected_final += 1
+        else:
+            self.invalid_tests += 1
+            source["invalid_tests"] += 1
+            if result.accepted_by_mask:
+                self.invalid_accepted_by_mask += 1
+                source["invalid_accepted_by_mask"] += 1
+            if result.accepted_final:
+                self.invalid_accepted_final += 1
+                source["invalid_accepted_final"] += 1
+                self._example("invalid_accepted_final", where)
+
+    def _example(self, kind: str, example: dict[str, Any]) -> None:
+        if len(self.examples[kind]) < MAX_EXAMPLES:
+            self.examples[kind].append(example)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.compile.as_dict(),
+            "valid_tests": self.valid_tests,
+            "valid_rejected": self.valid_rejected,
+            "valid_rejected_final": self.valid_rejected_final,
+            "invalid_tests": self.invalid_tests,
+            "invalid_accepted_by_mask": self.invalid_accepted_by_mask,
+            "invalid_accepted_final": self.invalid_accepted_final,
+            "mismatches": self.mismatches,
+            "validator_errors": self.validator_errors,
+            "tbm_us": percentiles(self.tbm_us),
+            "masks_timed": len(self.tbm_us),
+            "slowest_mask": self.slowest_mask,
+            "by_source": {s: {f: c[f] for f in _SOURCE_FIELDS} for s, c in sorted(self.by_source.items())},
+            "examples": dict(self.examples),
+        }
+
+
+def render(stats: dict[str, MaskStats]) -> str:
+    headers = [
+        "engine", "compiles", "valid rejected", "invalid acc. (mask)", "invalid acc. (final)",
+        "compile p50/p99 ms", "mask p50/p99 µs", "timeouts",
+    ]
+    rows = []
+    for engine, s in stats.items():
+        ttfm, tbm = percentiles(s.compile.ttfm_ms), percentiles(s.tbm_us)
+        rows.append([
+            engine,
+            f"{ratio(s.compile.compiled, s.compile.schemas)} ({s.compile.compiled}/{s.compile.schemas})",
+            f"{ratio(s.valid_rejected, s.valid_tests)} ({s.valid_rejected}/{s.valid_tests})",
+            f"{s.invalid_accepted_by_mask}/{s.invalid_tests} ({ratio(s.invalid_accepted_by_mask, s.invalid_tests)})",
+            f"{s.invalid_accepted_final}/{s.invalid_tests} ({ratio(s.invalid_accepted_final, s.invalid_tests)})",
+            f"{number(ttfm['p50'])} / {number(ttfm['p99'])}",
+            f"{number(tbm['p50'])} / {number(tbm['p99'])}",
+            str(s.compile.timeouts + s.compile.step_timeouts),
+        ])
+    return table(headers, rows)
+
+
+def run_masks(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tokenmold bench masks", description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    return run_benchmark(parser, argv, job=lambda args: measure_file, new_stats=MaskStats, render=render)
+
+
+if __name__ == "__main__":
+    # Imported by its module name, so that the job pickled for the workers is not ``__main__``'s.
+    from service.bench.masks import run_masks as main
+
+    sys.exit(main())

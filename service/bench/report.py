@@ -1,0 +1,118 @@
+"""Figures both grammar benchmarks report: compile outcomes per engine, percentiles, the text table.
+
+Every file's first event is a ``CompileResult``; ``CompileStats`` turns those (and timeouts and
+crashes) into the counts and time-to-first-mask percentiles that head every engine's results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from service.bench.engines import CompileResult
+
+if TYPE_CHECKING:
+    from service.bench.runner import Outcome
+
+#: Examples kept per list (file names of failures, error messages per category).
+MAX_EXAMPLES = 20
+_PER_CATEGORY = 3
+
+
+def percentiles(values: Any) -> dict[str, float | None]:
+    """p50/p90/p99/max, rounded for reading; ``None`` when there are no values."""
+    data = np.asarray(values, dtype=float)
+    if data.size == 0:
+        return {"p50": None, "p90": None, "p99": None, "max": None}
+    p50, p90, p99 = np.percentile(data, [50, 90, 99])
+    values = (p50, p90, p99, data.max())
+    return {key: round(float(v), 3) for key, v in zip(("p50", "p90", "p99", "max"), values, strict=True)}
+
+
+@dataclass
+class CompileStats:
+    """Per engine: how many schemas compiled, why the others did not, how long the first mask took."""
+
+    schemas: int = 0
+    compiled: int = 0
+    compile_errors: Counter[str] = field(default_factory=Counter)
+    error_examples: dict[str, list[dict[str, str]]] = field(default_factory=dict)
+    #: Killed while compiling (or filling the first mask).
+    timeouts: int = 0
+    #: Killed later, on one test instance or walk; the rest of that file was skipped.
+    step_timeouts: int = 0
+    #: The job raised or the worker died; the rest of that file was skipped.
+    crashes: int = 0
+    crash_examples: list[dict[str, str]] = field(default_factory=list)
+    ttfm_ms: list[float] = field(default_factory=list)
+    #: Where the largest time to first mask was spent.
+    slowest: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, outcome: Outcome) -> bool:
+        """Count one file; ``True`` when it compiled (its remaining events are the job's)."""
+        name = Path(outcome.path).name
+        self.schemas += 1
+        if outcome.failure is not None:
+            self.crashes += 1
+            if len(self.crash_examples) < MAX_EXAMPLES:
+                self.crash_examples.append({"file": name, "error": outcome.failure[:300]})
+        if not outcome.events:
+            self.timeouts += outcome.timed_out
+            return False
+        self.step_timeouts += outcome.timed_out
+        result: CompileResult = outcome.events[0]
+        if not result.ok:
+            category = result.error or "unknown"
+            self.compile_errors[category] += 1
+            examples = self.error_examples.setdefault(category, [])
+            if len(examples) < _PER_CATEGORY:
+                examples.append({"file": name, "message": result.message or ""})
+            return False
+        self.compiled += 1
+        self.ttfm_ms.append(result.ttfm_ms)
+        if result.ttfm_ms > self.slowest.get("ttfm_ms", -1.0):
+            self.slowest = {"file": name, "ttfm_ms": round(result.ttfm_ms, 1)}
+        return True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schemas": self.schemas,
+            "compiled": self.compiled,
+            "compile_errors": dict(self.compile_errors.most_common()),
+            "timeouts": self.timeouts,
+            "step_timeouts": self.step_timeouts,
+            "crashes": self.crashes,
+            "ttfm_ms": percentiles(self.ttfm_ms),
+            "slowest_compile": self.slowest,
+            "compile_error_examples": self.error_examples,
+            "crash_examples": self.crash_examples,
+        }
+
+
+def ratio(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%" if whole else "-"
+
+
+def number(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain-text table: first column left-aligned, the figures right-aligned."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(
+            str(c).ljust(w) if i == 0 else str(c).rjust(w) for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        )
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    Path(path).write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")

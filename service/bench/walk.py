@@ -1,0 +1,206 @@
+"""Soundness walk: follow an engine's masks at random and check that what comes out fits the schema.
+
+MaskBench asks whether masks admit given instances; this asks the converse, whether everything a
+mask admits is valid. For each schema, K random walks: at each step the bitmask is filled and an
+allowed token drawn at random. With a probability that rises with the step count the draw is limited
+to allowed tokens that close something (their text contains ``}``, ``]`` or ``"``) or stop, so that
+walks end. A walk completes when a stop token is drawn; it is capped (and not judged) at
+``--max-tokens``. Completed texts are judged by the validation layer's JSON check against the
+original schema (strict JSON, jsonschema with format checking).
+
+    tokenmold bench walk PATH... [--engines a,b] [--walks K] [--limit N] [--seed S]
+                                 [--max-tokens M] [--timeout S] [--jobs N] [--tokenizer DIR] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from grammar import Vocabulary
+from grammar.backends.base import CompiledGrammar
+from service.bench.bitmask import allowed_tokens, new_bitmask
+from service.bench.corpus import load_case
+from service.bench.engines import BenchEngine, compile_timed
+from service.bench.report import MAX_EXAMPLES, CompileStats, ratio, table
+from service.bench.runner import Outcome, add_common_arguments, run_benchmark
+
+#: Characters whose tokens tend to finish a JSON value.
+_CLOSERS = ('}', ']', '"')
+#: The highest probability of drawing only closing tokens, reached at half of ``max_tokens``.
+_MAX_CLOSING_BIAS = 0.9
+
+
+@dataclass(frozen=True)
+class WalkResult:
+    #: completed (a stop token was drawn) | capped | dead_end (the mask allowed nothing) |
+    #: mismatch (the mask allowed a token the matcher then refused)
+    outcome: str
+    tokens: int
+    text: str
+    #: For a completed walk: the first reason the text fails the schema (``None``: it fits); for a
+    #: mismatch, the matcher's error.
+    error: str | None = None
+    #: The validator raised instead of judging (the schema is beyond it); the walk is not judged.
+    validator_error: str | None = None
+
+
+def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, seed: int) -> Iterator[Any]:
+    """The job run in each engine's worker: a ``CompileResult``, then one ``WalkResult`` per walk."""
+    case = load_case(path)
+    bitmask = new_bitmask(engine.vocab)
+    result, compiled = compile_timed(engine, case.schema, bitmask)
+    yield result
+    if compiled is None:
+        return
+    for k in range(walks):
+        rng = random.Random(f"{seed}:{case.name}:{k}")  # string seeds are stable across processes
+        yield _walk(engine, compiled, case.schema, bitmask, rng, max_tokens)
+
+
+@functools.lru_cache(maxsize=2)
+def _preferred_tokens(vocab: Vocabulary) -> np.ndarray:
+    """Per token id: does it close something or stop? Byte-level token strings keep ASCII
+    punctuation as is, so the raw vocabulary strings suffice."""
+    flags = np.zeros(vocab.vocab_size, dtype=bool)
+    for token, index in vocab.hf_tokenizer.get_vocab().items():
+        if index < vocab.vocab_size and any(c in token for c in _CLOSERS):
+            flags[index] = True
+    flags[vocab.stop_token_ids] = True
+    return flags
+
+
+def _walk(
+    engine: BenchEngine,
+    compiled: CompiledGrammar,
+    schema: dict[str, Any] | bool,
+    bitmask: torch.Tensor,
+    rng: random.Random,
+    max_tokens: int,
+) -> WalkResult:
+    vocab = engine.vocab
+    preferred = _preferred_tokens(vocab)
+    stops = set(vocab.stop_token_ids)
+    matcher = compiled.matcher()
+    tokens: list[int] = []
+
+    def text() -> str:
+        return vocab.hf_tokenizer.decode(tokens, clean_up_tokenization_spaces=False)
+
+    for step in range(max_tokens):
+        matcher.fill_next_token_bitmask(bitmask)
+        allowed = allowed_tokens(bitmask, vocab.vocab_size)
+        if allowed.size == 0:
+            return WalkResult("dead_end", len(tokens), text())
+        if rng.random() < min(_MAX_CLOSING_BIAS, 2 * step / max_tokens) and preferred[allowed].any():
+            allowed = allowed[preferred[allowed]]
+        token = int(allowed[rng.randrange(allowed.size)])
+        if token in stops:
+            return _judged(schema, len(tokens), text())
+        if not matcher.accept_token(token):
+            return WalkResult("mismatch", len(tokens), text(), matcher.error)
+        tokens.append(token)
+    return WalkResult("capped", len(tokens), text())
+
+
+def _judged(schema: dict[str, Any] | bool, tokens: int, text: str) -> WalkResult:
+    """A completed walk with the validation layer's first objection, if any."""
+    from service.validation import check_json
+
+    try:
+        errors = check_json(text, schema)[1]
+    except Exception as exc:  # the validator cannot handle this schema
+        return WalkResult("completed", tokens, text, validator_error=f"{type(exc).__name__}: {exc}"[:300])
+    error = f"{errors[0].path or '/'}: {errors[0].message}"[:300] if errors else None
+    return WalkResult("completed", tokens, text, error)
+
+
+@dataclass
+class WalkStats:
+    compile: CompileStats = field(default_factory=CompileStats)
+    outcomes: Counter[str] = field(default_factory=Counter)
+    schema_invalid: int = 0
+    validator_errors: int = 0
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def add(self, outcome: Outcome) -> None:
+        if not self.compile.add(outcome):
+            return
+        name = Path(outcome.path).name
+        for walk in outcome.events[1:]:
+            self.outcomes[walk.outcome] += 1
+            if walk.validator_error is not None:
+                self.validator_errors += 1
+                self._example("validator_error", {"file": name, "text": walk.text[:500], "error": walk.validator_error})
+            elif walk.outcome == "completed" and walk.error is not None:
+                self.schema_invalid += 1
+                self._example("schema_invalid", {"file": name, "text": walk.text[:500], "error": walk.error})
+            elif walk.outcome in ("dead_end", "mismatch"):
+                self._example(walk.outcome, {"file": name, "text": walk.text[:500], "error": walk.error})
+
+    def _example(self, kind: str, example: dict[str, Any]) -> None:
+        examples = self.examples.setdefault(kind, [])
+        if len(examples) < MAX_EXAMPLES:
+            examples.append(example)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.compile.as_dict(),
+            "walks": sum(self.outcomes.values()),
+            "completed": self.outcomes["completed"],
+            "capped": self.outcomes["capped"],
+            "dead_ends": self.outcomes["dead_end"],
+            "mismatches": self.outcomes["mismatch"],
+            "schema_invalid": self.schema_invalid,
+            "validator_errors": self.validator_errors,
+            "examples": self.examples,
+        }
+
+
+def render(stats: dict[str, WalkStats]) -> str:
+    headers = ["engine", "compiles", "walks", "completed", "capped", "dead ends", "mismatches",
+               "schema invalid", "timeouts"]
+    rows = []
+    for engine, s in stats.items():
+        walks, completed = sum(s.outcomes.values()), s.outcomes["completed"]
+        rows.append([
+            engine,
+            f"{ratio(s.compile.compiled, s.compile.schemas)} ({s.compile.compiled}/{s.compile.schemas})",
+            str(walks),
+            f"{completed} ({ratio(completed, walks)})",
+            str(s.outcomes["capped"]),
+            str(s.outcomes["dead_end"]),
+            str(s.outcomes["mismatch"]),
+            f"{s.schema_invalid} ({ratio(s.schema_invalid, completed)} of completed)",
+            str(s.compile.timeouts + s.compile.step_timeouts),
+        ])
+    return table(headers, rows)
+
+
+def run_walk(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tokenmold bench walk", description=__doc__.split("\n\n")[0])
+    add_common_arguments(parser)
+    parser.add_argument("--walks", type=int, default=5, help="random walks per schema and engine")
+    parser.add_argument("--max-tokens", type=int, default=256, help="a walk longer than this is capped")
+
+    def job(args: argparse.Namespace) -> functools.partial[Iterator[Any]]:
+        return functools.partial(walk_file, walks=args.walks, max_tokens=args.max_tokens, seed=args.seed)
+
+    return run_benchmark(parser, argv, job=job, new_stats=WalkStats, render=render)
+
+
+if __name__ == "__main__":
+    # Imported by its module name, so that the job pickled for the workers is not ``__main__``'s.
+    from service.bench.walk import run_walk as main
+
+    sys.exit(main())

@@ -1,0 +1,369 @@
+"""The HTTP service end to end: a live ``tokenmold serve`` (embedded SmolLM2-135M on vLLM CPU), driven
+with the real openai SDK and plain httpx, as a user would.
+
+One server per module (about half a minute to start); few tokens per request and temperature 0
+keep the whole module within a couple of minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import jsonschema
+import openai
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from service.bench.live_server import LiveServer
+
+pytestmark = pytest.mark.engine
+
+KEY = "sk-tokenmold-test"
+MODEL = "SmolLM2-135M-Instruct"
+MAX_BODY = 100_000
+
+
+class Animal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    species: str = Field(max_length=20)
+    legs: int = Field(ge=0, le=8)
+
+
+class GetWeather(BaseModel):
+    """Current weather in a city."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    city: str = Field(max_length=20)
+
+
+WEATHER_PARAMS = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                      "parameters": WEATHER_PARAMS, "strict": True}},
+    {"type": "function", "function": {"name": "get_time", "description": "Current time in a city",
+                                      "parameters": WEATHER_PARAMS, "strict": True}},
+]
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """``tokenmold serve`` in its own process group; every process of the group is gone afterwards."""
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    with LiveServer(
+        "--api-key", KEY, "--max-model-len", "1024", "--compile-timeout", "2", "--compile-workers", "2",
+        "--max-body-bytes", str(MAX_BODY), "--log-level", "warning", log=log,
+    ) as live:
+        yield live.url
+    assert not live.left_processes_behind, "the server left processes behind"
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def _validation(choice) -> dict:
+    return choice.model_extra["validation"]
+
+
+# ---------------------------------------------------------------- structured output
+
+
+def test_parse_returns_a_parsed_object(client) -> None:
+    completion = client.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}],
+        response_format=Animal, max_tokens=40, temperature=0,
+    )
+    choice = completion.choices[0]
+    assert isinstance(choice.message.parsed, Animal)
+    assert choice.finish_reason == "stop" and _validation(choice)["status"] == "accepted"
+    assert "additionalProperties" in _validation(choice)["keywords"]["enforced"]
+
+
+def test_too_few_tokens_is_a_length_error(client) -> None:
+    with pytest.raises(openai.LengthFinishReasonError) as exc:
+        client.chat.completions.parse(
+            model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}],
+            response_format=Animal, max_tokens=3, temperature=0,
+        )
+    assert _validation(exc.value.completion.choices[0])["status"] == "truncated"
+
+
+def test_extensions_regex_choice_grammar_and_completions(client) -> None:
+    date = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "When did World War 2 end?"}],
+        max_tokens=12, temperature=0, extra_body={"regex": r"\d{4}-\d{2}-\d{2}"},
+    )
+    assert len(date.choices[0].message.content) == 10 and _validation(date.choices[0])["status"] == "accepted"
+    legacy = client.completions.create(
+        model=MODEL, prompt="Q: Is the sky blue?\nA:", max_tokens=4, temperature=0,
+        extra_body={"grammar": 'root ::= " yes" | " no"'},
+    )
+    assert legacy.choices[0].text in {" yes", " no"} and legacy.choices[0].model_extra["validation"]["status"] == "accepted"
+
+
+def test_logprobs_are_taken_after_the_grammar_mask(client) -> None:
+    completion = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Is water wet?"}], max_tokens=3, temperature=0,
+        logprobs=True, top_logprobs=5, extra_body={"choice": ["yes", "no"]},
+    )
+    first = completion.choices[0].logprobs.content[0]
+    assert first.top_logprobs, "the legal tokens are listed"
+    for alternative in first.top_logprobs:
+        assert any(word.startswith(alternative.token) for word in ("yes", "no")), alternative.token
+
+
+# ---------------------------------------------------------------- tools
+
+
+def _check_calls(choice, names: set[str]) -> None:
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.tool_calls
+    for call in choice.message.tool_calls:
+        assert call.id.startswith("call_") and call.function.name in names
+        jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
+    assert _validation(choice)["status"] == "accepted"
+
+
+def test_required_tool_call(client) -> None:
+    completion = client.chat.completions.create(
+        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice="required",
+        parallel_tool_calls=False, max_tokens=40, temperature=0,
+    )
+    _check_calls(completion.choices[0], {"get_weather", "get_time"})
+    assert len(completion.choices[0].message.tool_calls) == 1
+
+
+def test_named_tool_call_parses_with_the_sdk(client) -> None:
+    completion = client.chat.completions.parse(
+        model=MODEL, messages=WEATHER_QUESTION, tools=[openai.pydantic_function_tool(GetWeather)],
+        tool_choice={"type": "function", "function": {"name": "GetWeather"}}, max_tokens=40, temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert isinstance(choice.message.tool_calls[0].function.parsed_arguments, GetWeather)
+
+
+def test_auto_tool_choice_is_a_call_or_text(client) -> None:
+    completion = client.chat.completions.create(
+        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, max_tokens=40, temperature=0,
+    )
+    choice = completion.choices[0]
+    if choice.message.tool_calls:
+        _check_calls(choice, {"get_weather", "get_time"})
+    else:
+        assert choice.message.content and "<tool_call>" not in choice.message.content
+        assert choice.finish_reason in {"stop", "length"}
+
+
+def test_a_cut_off_call_is_length_and_never_half_a_call(client) -> None:
+    completion = client.chat.completions.create(
+        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice="required", max_tokens=6, temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls
+    assert choice.message.content.startswith("<tool_call>")
+    assert _validation(choice)["status"] == "truncated"
+
+
+# ---------------------------------------------------------------- streaming
+
+
+def test_streaming_reassembles_to_valid_json(client) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}], max_tokens=40,
+        temperature=0, stream=True, stream_options={"include_usage": True},
+        response_format={"type": "json_schema", "json_schema": {"name": "animal", "schema": Animal.model_json_schema()}},
+    )
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    Animal.model_validate_json(text)
+    finals = [c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(finals) == 1 and finals[0].finish_reason == "stop"
+    assert finals[0].model_extra["validation"]["status"] == "accepted"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_stream_never_splits_a_character_nor_leaks_a_stop_string(client) -> None:
+    coffee = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Coffee?"}], max_tokens=20, temperature=0, stream=True,
+        extra_body={"choice": ["☕ café ☕"]},
+    )
+    pieces = [c.choices[0].delta.content for c in coffee if c.choices and c.choices[0].delta.content]
+    assert "".join(pieces) == "☕ café ☕"
+    assert all("\ufffd" not in piece for piece in pieces)
+    stopped = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say it."}], max_tokens=20, temperature=0, stream=True,
+        stop=["STOP"], extra_body={"choice": ["Hello STOP world"]},
+    )
+    chunks = [c.choices[0] for c in stopped if c.choices]
+    pieces = [c.delta.content or "" for c in chunks]
+    assert "".join(pieces) == "Hello " and not any("S" in piece for piece in pieces)
+    assert chunks[-1].finish_reason == "stop"
+
+
+def test_streamed_tool_calls_arrive_in_the_last_chunk(client) -> None:
+    stream = client.chat.completions.create(
+        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40, temperature=0, stream=True,
+    )
+    chunks = [c.choices[0] for c in stream if c.choices]
+    assert chunks[-1].finish_reason == "tool_calls"
+    (call,) = chunks[-1].delta.tool_calls
+    assert call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
+
+
+# ---------------------------------------------------------------- errors, limits, modes
+
+
+def test_bad_shapes_are_400_with_the_reason(client) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(
+            model=MODEL, messages=WEATHER_QUESTION, max_tokens=5,
+            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {
+                "type": "object", "properties": {"a": {"type": "nonsense"}}}}},
+        )
+    assert "/properties/a/type" in exc.value.message and "keyword 'type'" in exc.value.message
+    assert exc.value.body["code"] == "invalid_schema" and exc.value.body["param"] == "response_format.json_schema.schema"
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=MODEL, messages=WEATHER_QUESTION, extra_body={"grammar": "root ::= missing"})
+    assert exc.value.body["code"] == "invalid_grammar" and "line 1" in exc.value.message
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=MODEL, messages=WEATHER_QUESTION, extra_body={"temperature": 7})
+    assert exc.value.body["param"] == "temperature"
+
+
+def test_too_long_a_prompt_and_an_unknown_model(client) -> None:
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 1500}], max_tokens=2)
+    assert exc.value.body["code"] == "context_length_exceeded"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-4o", messages=WEATHER_QUESTION, max_tokens=2)
+    assert [m.id for m in client.models.list()] == [MODEL]
+
+
+def test_api_key_is_enforced_except_on_health(server) -> None:
+    body = {"model": MODEL, "messages": WEATHER_QUESTION, "max_tokens": 1}
+    assert httpx.post(f"{server}/v1/chat/completions", json=body).status_code == 401
+    wrong = httpx.post(f"{server}/v1/chat/completions", json=body, headers={"Authorization": "Bearer nope"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(f"{server}/v1/models").status_code == 401
+    assert httpx.get(f"{server}/metrics").status_code == 401
+    assert httpx.get(f"{server}/health").status_code == 200
+
+
+def test_a_body_too_large_is_413(server) -> None:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "x" * MAX_BODY}]}
+    response = httpx.post(f"{server}/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {KEY}"})
+    assert response.status_code == 413
+    assert f"the limit is {MAX_BODY}" in response.json()["error"]["message"]
+
+
+def test_reject_unaccepted_header_gives_422_with_the_verdict(client) -> None:
+    with pytest.raises(openai.UnprocessableEntityError) as exc:
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}], max_tokens=2,
+            temperature=0, response_format={"type": "json_object"},
+            extra_headers={"X-Tokenmold-Reject-Unaccepted": "true"},
+        )
+    error = exc.value.body
+    assert error["code"] == "unaccepted_output" and "truncated" in error["message"]
+    assert error["validation"][0]["errors"][0]["keyword"] == "finish_reason"
+    stream = client.chat.completions.create(  # a stream has sent its 200: it ends with an error event
+        model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}], max_tokens=2,
+        temperature=0, response_format={"type": "json_object"}, stream=True,
+        extra_headers={"X-Tokenmold-Reject-Unaccepted": "true"},
+    )
+    with pytest.raises(openai.APIError) as exc:
+        list(stream)
+    assert exc.value.body["code"] == "unaccepted_output"
+
+
+def test_concurrent_mixed_requests_are_all_right(client) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    kinds = {
+        "json": ({"response_format": {"type": "json_schema", "json_schema": {"name": "ok", "schema": schema, "strict": True}}},
+                 lambda text: json.loads(text)["ok"] in (True, False)),
+        "regex": ({"extra_body": {"regex": "[0-9]{3}"}}, lambda text: len(text) == 3 and text.isdigit()),
+        "choice": ({"extra_body": {"choice": ["red", "green"]}}, lambda text: text in {"red", "green"}),
+        "text": ({}, lambda text: isinstance(text, str)),
+    }
+
+    def one(kind: str):
+        fields, check = kinds[kind]
+        completion = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Answer briefly."}], max_tokens=24, temperature=0, **fields
+        )
+        return kind, completion.choices[0], check
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, list(kinds) * 2))
+    for kind, choice, check in results:
+        if kind != "text":
+            assert _validation(choice)["status"] == "accepted", (kind, choice)
+        assert check(choice.message.content), (kind, choice.message.content)
+
+
+def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
+    tag = uuid.uuid4().hex[:6]  # a fresh shape: compile failures are cached
+    slow = '[^"]{1,255}-[^"]{1,255}-' + tag  # seconds of xgrammar token-mask precomputation
+
+    def slow_request() -> tuple[float, Exception | None]:
+        try:
+            client.chat.completions.create(
+                model=MODEL, messages=WEATHER_QUESTION, max_tokens=4, extra_body={"regex": slow},
+            )
+        except openai.BadRequestError as exc:
+            return time.monotonic(), exc
+        return time.monotonic(), None
+
+    def quick_request() -> openai.types.chat.ChatCompletion:
+        return client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Is the sky blue?"}], max_tokens=2, temperature=0,
+            extra_body={"choice": ["yes", "no"]},
+        )
+
+    quick_request()  # its grammar is cached now: what remains is one short generation
+    with ThreadPoolExecutor(1) as pool:
+        started = time.monotonic()
+        pending = pool.submit(slow_request)
+        time.sleep(0.2)
+        quick = quick_request()
+        quick_done = time.monotonic()
+        slow_done, error = pending.result()
+    assert _validation(quick.choices[0])["status"] == "accepted"
+    assert isinstance(error, openai.BadRequestError) and error.body["code"] == "compile_timeout"
+    assert "2 s" in error.message
+    assert slow_done - started < 4.5  # stopped at the 2 s limit, not compiled to the end
+    assert quick_done < slow_done  # served while the other request's compile was still running
+
+
+def test_metrics_count_requests_tokens_verdicts_and_the_cache(server, client) -> None:
+    client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Is the sky blue?"}], max_tokens=3, temperature=0,
+        extra_body={"choice": ["yes", "no"]},
+    )
+    text = httpx.get(f"{server}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#")
+    }
+    assert samples['tokenmold_requests_total{route="/v1/chat/completions",status="200"}'] >= 1
+    assert samples['tokenmold_verdicts_total{status="accepted"}'] >= 1
+    assert samples["tokenmold_prompt_tokens_total"] > 0 and samples["tokenmold_completion_tokens_total"] > 0
+    assert samples["tokenmold_grammar_cache_misses_total"] >= 1 and samples["tokenmold_grammar_cache_hits_total"] >= 1
+    assert samples["tokenmold_compile_seconds_count"] >= 1
+    assert samples['tokenmold_request_seconds_count{route="/v1/chat/completions"}'] >= 1

@@ -1,0 +1,184 @@
+"""Each grammar backend behind the one interface: compile, walk tokens through the masks, typed errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grammar import Vocabulary
+from grammar.backends import JsonOptions, get_backend
+from grammar.backends.base import LLGUIDANCE_MARKER, CompiledGrammar
+from grammar.errors import (
+    GrammarSyntaxError,
+    RegexError,
+    ShapeError,
+    UnsatisfiableSchema,
+    UnsupportedFeature,
+)
+
+BACKENDS = ["xgrammar", "llguidance", "outlines"]
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+    "required": ["name", "age"],
+}
+COMPACT = JsonOptions(max_whitespace=0)
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    from service.model_home import ensure_default_model
+
+    return Vocabulary.from_pretrained(ensure_default_model())
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def backend(request: pytest.FixtureRequest, vocab: Vocabulary):
+    return get_backend(request.param)(vocab)
+
+
+def walk(compiled: CompiledGrammar, vocab: Vocabulary, text: str) -> bool:
+    """Token by token as the engine does: each token must be in the mask, then committed; at the
+    end a stop token must be allowed."""
+    matcher = compiled.matcher()
+    bitmask = torch.zeros((1, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+
+    def allowed(token: int) -> bool:
+        return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
+
+    for token in vocab.encode(text):
+        matcher.fill_next_token_bitmask(bitmask)
+        if not allowed(token):
+            assert not matcher.accept_token(token), "the matcher took a token its mask refused"
+            return False
+        assert matcher.accept_token(token), "the matcher refused a token its mask allowed"
+    matcher.fill_next_token_bitmask(bitmask)
+    stop = any(allowed(t) for t in vocab.stop_token_ids)
+    assert stop == matcher.is_accepting()
+    return stop
+
+
+def test_json_schema_walks_a_valid_instance(backend, vocab):
+    compiled = backend.compile_json_schema(SCHEMA, COMPACT)
+    assert walk(compiled, vocab, '{"name":"Zoë, naïve café 😀","age":42}')  # partial UTF-8 tokens
+    assert compiled.accepts('{"name":"x","age":-1}')
+    assert compiled.memory_bytes > 0
+
+
+@pytest.mark.parametrize("text", ['{"name":"x","age":"42"}', '{"age":1}', '{"name":"x","age":1', '[1]'])
+def test_json_schema_rejects_invalid_instances(backend, vocab, text):
+    compiled = backend.compile_json_schema(SCHEMA, COMPACT)
+    assert not walk(compiled, vocab, text)
+    assert not compiled.accepts(text)
+
+
+def test_rejected_token_is_sticky(backend, vocab):
+    matcher = backend.compile_json_schema(SCHEMA, COMPACT).matcher()
+    assert not matcher.accept_text("[")
+    assert matcher.error
+    assert not matcher.accept_text("{")
+    assert not matcher.is_accepting()
+
+
+def test_regex(backend, vocab):
+    compiled = backend.compile_regex(r"[a-z]+@[a-z]+\.com")
+    assert walk(compiled, vocab, "ann@example.com")
+    assert not compiled.accepts("ann@example")
+    assert not compiled.accepts("ann@example.com.")
+
+
+def test_choice_is_literal(backend, vocab):
+    choices = ("a.b", "c|d", 'say "hi"\n')
+    compiled = backend.compile_choice(choices)
+    for choice in choices:
+        assert walk(compiled, vocab, choice)
+    assert not compiled.accepts("axb")
+    assert not compiled.accepts("c")
+
+
+def test_ebnf(backend, vocab):
+    grammar = 'root ::= "yes" | "no" | digit digit\ndigit ::= [0-9]'
+    if backend.name == "outlines":
+        with pytest.raises(UnsupportedFeature):
+            backend.compile_ebnf(grammar)
+        return
+    compiled = backend.compile_ebnf(grammar)
+    assert walk(compiled, vocab, "yes")
+    assert walk(compiled, vocab, "42")
+    assert not compiled.accepts("maybe")
+
+
+def test_engine_spec_names_its_backend(backend):
+    spec = backend.compile_json_schema(SCHEMA, JsonOptions()).engine_spec
+    assert spec is not None and spec.backend == backend.name and spec.text
+    assert spec.kind == ("regex" if backend.name == "outlines" else "grammar")
+    assert spec.text.startswith(LLGUIDANCE_MARKER) == (backend.name == "llguidance")
+
+
+def test_llguidance_engine_spec_is_what_vllm_plugin_compiles(vocab):
+    """The plugin strips the marker and hands the rest to ``llguidance.LLMatcher``."""
+    import llguidance
+
+    spec = get_backend("llguidance")(vocab).compile_json_schema(SCHEMA, COMPACT).engine_spec
+    matcher = llguidance.LLMatcher(vocab.llguidance_tokenizer, spec.text[len(LLGUIDANCE_MARKER):], log_level=0)
+    assert not matcher.is_error(), matcher.get_error()
+    assert matcher.consume_tokens(vocab.encode('{"name":"x","age":1}')) and matcher.is_accepting()
+
+
+def test_bad_schema_is_a_typed_error(backend):
+    with pytest.raises(ShapeError) as info:
+        backend.compile_json_schema({"type": "no-such-type"}, JsonOptions())
+    assert info.value.code in ("invalid_schema", "unsupported_feature")
+    assert "no-such-type" in str(info.value)
+
+
+def test_bad_regex_is_a_regex_error(backend):
+    with pytest.raises(RegexError):
+        backend.compile_regex("a(b")
+
+
+def test_bad_ebnf_is_a_syntax_error(backend):
+    if backend.name == "outlines":
+        pytest.skip("outlines has no EBNF")
+    with pytest.raises(GrammarSyntaxError) as info:
+        backend.compile_ebnf('root ::= "a" (')
+    assert info.value.line == 1
+
+
+def test_llguidance_error_positions(vocab):
+    llg = get_backend("llguidance")(vocab)
+    with pytest.raises(RegexError) as info:
+        llg.compile_regex("ab(c")
+    assert (info.value.line, info.value.column) == (1, 3)
+    with pytest.raises(GrammarSyntaxError) as info:
+        llg.compile_ebnf("start: foo\nfoo: \"a\" | bar\n")  # Lark, unknown rule on line 2
+    assert info.value.line == 2
+
+
+@pytest.mark.parametrize("name", ["llguidance", "outlines"])
+def test_false_schema_is_unsatisfiable(vocab, name):
+    with pytest.raises(UnsatisfiableSchema):
+        get_backend(name)(vocab).compile_json_schema(False, JsonOptions())
+
+
+def test_llguidance_refuses_strict_properties(vocab):
+    with pytest.raises(UnsupportedFeature) as info:
+        get_backend("llguidance")(vocab).compile_json_schema(SCHEMA, JsonOptions(strict_properties=True))
+    assert info.value.keyword == "strict_properties"
+
+
+def test_llguidance_layout_is_compact(vocab):
+    """llguidance cannot bound whitespace, so it allows none rather than any amount."""
+    compiled = get_backend("llguidance")(vocab).compile_json_schema(SCHEMA, JsonOptions(max_whitespace=2))
+    assert compiled.accepts('{"name":"x","age":1}')
+    assert not compiled.accepts('{"name": "x", "age": 1}')
+
+
+def test_outlines_whitespace_is_bounded(vocab):
+    compiled = get_backend("outlines")(vocab).compile_json_schema(SCHEMA, JsonOptions(max_whitespace=2))
+    assert compiled.accepts('{ "name": "x",  "age": 1}')
+    assert not compiled.accepts('{"name":   "x", "age": 1}')
+
+
+def test_outlines_vocabulary_is_built_once(vocab):
+    assert vocab.outlines_vocabulary is vocab.outlines_vocabulary

@@ -1,0 +1,111 @@
+"""The grammar benchmarks end to end on a few small MaskBench files, and the corpus sampling.
+
+Figures are never asserted on (timings vary); counts and the shape of the JSON report are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from service.bench.corpus import sample, source_of
+from service.bench.engines import ENGINE_NAMES
+from service.bench.masks import run_masks
+from service.bench.walk import run_walk
+
+MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
+FILES = ["Github_trivial---o50969.json", "Github_easy---o90887.json", "BFCL_simple_1.json"]
+COMPILE_FIELDS = {"schemas", "compiled", "compile_errors", "timeouts", "step_timeouts", "crashes", "ttfm_ms"}
+MASK_FIELDS = COMPILE_FIELDS | {
+    "valid_tests", "valid_rejected", "valid_rejected_final", "invalid_tests", "invalid_accepted_by_mask",
+    "invalid_accepted_final", "mismatches", "tbm_us", "by_source", "examples",
+}
+WALK_FIELDS = COMPILE_FIELDS | {"walks", "completed", "capped", "dead_ends", "mismatches", "schema_invalid", "examples"}
+PERCENTILES = {"p50", "p90", "p99", "max"}
+
+
+@pytest.fixture(scope="module")
+def paths() -> list[str]:
+    files = [MASKBENCH / name for name in FILES]
+    if not all(f.exists() for f in files):
+        pytest.skip(f"MaskBench data not found under {MASKBENCH}")
+    return [str(f) for f in files]
+
+
+def test_masks_report(paths, tmp_path, capsys):
+    out = tmp_path / "masks.json"
+    assert run_masks([*paths, "--jobs", "2", "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["run"]["files"] == len(paths)
+    assert list(report["engines"]) == list(ENGINE_NAMES)
+    for engine, stats in report["engines"].items():
+        assert engine in table
+        assert MASK_FIELDS <= set(stats), engine
+        assert set(stats["ttfm_ms"]) == set(stats["tbm_us"]) == PERCENTILES
+        assert stats["schemas"] == len(paths)
+        assert stats["compiled"] + sum(stats["compile_errors"].values()) + stats["timeouts"] <= stats["schemas"]
+        assert stats["valid_tests"] > 0 and stats["invalid_tests"] > 0
+        assert stats["valid_rejected"] <= stats["valid_rejected_final"] <= stats["valid_tests"]
+        assert stats["invalid_accepted_final"] <= stats["invalid_accepted_by_mask"] <= stats["invalid_tests"]
+        assert stats["mismatches"] == 0, stats["examples"].get("mismatch")
+    tokenmold = report["engines"]["tokenmold"]
+    assert tokenmold["compiled"] == len(paths)
+    assert tokenmold["valid_rejected_final"] == 0, tokenmold["examples"]
+    assert tokenmold["invalid_accepted_final"] == 0, tokenmold["examples"]
+
+
+def test_walk_report(paths, tmp_path):
+    out = tmp_path / "walk.json"
+    walks = 2
+    args = [*paths, "--jobs", "2", "--walks", str(walks), "--max-tokens", "48", "--json", str(out)]
+    assert run_walk(args) == 0
+    report = json.loads(out.read_text())
+    for engine, stats in report["engines"].items():
+        assert WALK_FIELDS <= set(stats), engine
+        if not stats["step_timeouts"] and not stats["crashes"]:
+            assert stats["walks"] == walks * stats["compiled"]
+        assert stats["completed"] + stats["capped"] + stats["dead_ends"] + stats["mismatches"] == stats["walks"]
+        assert stats["schema_invalid"] <= stats["completed"]
+        assert len(stats["examples"].get("schema_invalid", [])) <= 20
+
+
+def test_source_of():
+    assert source_of("Github_hard---o123.json") == "Github_hard"
+    assert source_of("BFCL_parallel_multiple_12.json") == "BFCL_parallel_multiple"
+    assert source_of("JME_98.json") == "JME"
+
+
+def test_sample_covers_every_source_proportionally(tmp_path):
+    sizes = {"Big": 80, "Mid": 15, "Tiny": 2, "BFCL_simple": 3}
+    files = []
+    for source, n in sizes.items():
+        for i in range(n):
+            name = f"{source}_{i}.json" if source.startswith("BFCL") else f"{source}---o{i}.json"
+            files.append(tmp_path / name)
+    chosen = sample(files, 20, seed=1)
+    counts = Counter(source_of(p.name) for p in chosen)
+    assert len(chosen) == 20 and set(counts) == set(sizes)
+    assert (counts["Big"], counts["Mid"], counts["Tiny"], counts["BFCL_simple"]) == (15, 3, 1, 1)
+    assert chosen == sample(list(reversed(files)), 20, seed=1)
+    assert chosen != sample(files, 20, seed=2)
+    assert sample(files, None, seed=1) == sorted(files)
+    assert len(sample(files, 2, seed=1)) == len(sizes)  # at least one per source
+
+
+def test_step_past_the_timeout_is_counted(paths, tmp_path):
+    out = tmp_path / "masks.json"
+    assert run_masks([paths[-1], "--engines", "xgrammar", "--timeout", "1e-6", "--json", str(out)]) == 0
+    stats = json.loads(out.read_text())["engines"]["xgrammar"]
+    assert (stats["schemas"], stats["timeouts"], stats["compiled"], stats["aborted"]) == (1, 1, 0, None)
+
+
+def test_engine_that_cannot_start_is_reported_not_fatal(paths, tmp_path):
+    out = tmp_path / "masks.json"
+    missing = tmp_path / "no-tokenizer"
+    assert run_masks([paths[0], "--engines", "outlines", "--tokenizer", str(missing), "--json", str(out)]) == 1
+    stats = json.loads(out.read_text())["engines"]["outlines"]
+    assert stats["schemas"] == 0 and "failed to start" in stats["aborted"]
