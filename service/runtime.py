@@ -197,7 +197,8 @@ class Runtime:
                         out.index, text, list(out.token_ids), _logprobs(out.logprobs), verdict, reasoning
                     )
         except (asyncio.CancelledError, GeneratorExit):
-            await self.engine.abort(request_id)
+            if self._engine is not None:  # not already shut down
+                await self._engine.abort(request_id)
             raise
 
     async def _prepare(

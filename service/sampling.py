@@ -50,7 +50,8 @@ def to_sampling_params(
         min_p=options.min_p,
         seed=options.seed,
         stop=list(options.stop) or None,
-        stop_token_ids=sorted(set(stop_token_ids) | set(options.stop_token_ids)),
+        # ignore_eos ignores every end-of-sequence id, not only the tokenizer's (benchmarks force lengths).
+        stop_token_ids=sorted((set() if options.ignore_eos else set(stop_token_ids)) | set(options.stop_token_ids)),
         logit_bias=dict(options.logit_bias) or None,
         presence_penalty=options.presence_penalty,
         frequency_penalty=options.frequency_penalty,

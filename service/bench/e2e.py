@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -86,10 +87,11 @@ async def _vllm_json(runtime: Runtime, prompt: Prompt, sampling: SamplingOptions
 async def _ttft(runtime: Runtime, shape: Shape | None) -> float:
     """Milliseconds from the call (compile included) to the first streamed token."""
     started = time.perf_counter()
-    async for delta in runtime.stream(Prompt.user("Give me one product as JSON."), shape,
-                                      SamplingOptions(max_tokens=2, temperature=0.0)):
-        if delta.token_ids:
-            return (time.perf_counter() - started) * 1e3
+    stream = runtime.stream(Prompt.user("Give me one product as JSON."), shape, SamplingOptions(max_tokens=2, temperature=0.0))
+    async with contextlib.aclosing(stream):  # leaving early aborts the request at once
+        async for delta in stream:
+            if delta.token_ids:
+                return (time.perf_counter() - started) * 1e3
     raise RuntimeError("no token streamed")
 
 
