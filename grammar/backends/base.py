@@ -76,6 +76,17 @@ class Matcher(ABC):
         """Whether the grammar is complete here, i.e. a stop token is allowed next."""
 
 
+class TokenTextMatcher(Matcher):
+    """A matcher that consumes only tokens (llguidance, outlines): a text is accepted as the tokens
+    of ``vocab.encode(text)``. Their masks allow every token whose bytes fit the grammar, so any
+    tokenization of an allowed text passes: in practice the same answer as a byte-level check."""
+
+    _vocab: Vocabulary
+
+    def accept_text(self, text: str) -> bool:
+        return all(self.accept_token(token) for token in self._vocab.encode(text))
+
+
 class CompiledGrammar(ABC):
     """An immutable compiled grammar, shareable between requests and threads."""
 

@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
-from grammar.backends.base import LLGUIDANCE_MARKER, Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
+from grammar.backends.base import (
+    LLGUIDANCE_MARKER,
+    Backend,
+    CompiledGrammar,
+    EngineSpec,
+    JsonOptions,
+    TokenTextMatcher,
+)
 from grammar.errors import (
     CompileFailed,
     GrammarSyntaxError,
@@ -83,7 +90,7 @@ def _regex_error(raw: str) -> ShapeError:
     return RegexError(f"llguidance: {reason}", line=1 if column else None, column=column)
 
 
-class LLGuidanceMatcher(Matcher):
+class LLGuidanceMatcher(TokenTextMatcher):
     def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary) -> None:
         self._matcher = matcher
         self._vocab = vocab
@@ -104,14 +111,6 @@ class LLGuidanceMatcher(Matcher):
             return False
         return True
 
-    def accept_text(self, text: str) -> bool:
-        """Advance by the tokens of ``vocab.encode(text)``.
-
-        llguidance consumes tokens, not bytes, so this depends on the tokenization. Its masks allow
-        every token whose bytes fit the grammar, so any tokenization of an allowed text passes and the
-        answer is the same as a byte-level check, except where a grammar restricts tokens themselves.
-        """
-        return all(self.accept_token(token) for token in self._vocab.encode(text))
 
     def is_accepting(self) -> bool:
         return self.error is None and self._matcher.is_accepting()

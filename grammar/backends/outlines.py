@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import outlines_core
 from outlines_core.json_schema import build_regex_from_schema
 
-from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
+from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, TokenTextMatcher
 from grammar.errors import (
     CompileFailed,
     RegexError,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 _REGEX_META = frozenset("\\.+*?()|[]{}^$#&-~")
 
 
-class OutlinesMatcher(Matcher):
+class OutlinesMatcher(TokenTextMatcher):
     def __init__(self, index: outlines_core.Index, vocab: Vocabulary) -> None:
         self._guide = outlines_core.Guide(index)
         self._vocab = vocab
@@ -70,13 +70,6 @@ class OutlinesMatcher(Matcher):
                 self.error = f"token {token_id} is not allowed here"
         return False
 
-    def accept_text(self, text: str) -> bool:
-        """Advance by the tokens of ``vocab.encode(text)``.
-
-        The DFA is over tokens, so this depends on the tokenization; every tokenization of a text
-        the regex allows is in the index, so in practice the answer equals a byte-level check.
-        """
-        return all(self.accept_token(token) for token in self._vocab.encode(text))
 
     def is_accepting(self) -> bool:
         return self.error is None and self._guide.is_finished()
