@@ -111,7 +111,6 @@ class LLGuidanceMatcher(TokenTextMatcher):
             return False
         return True
 
-
     def is_accepting(self) -> bool:
         return self.error is None and self._matcher.is_accepting()
 

@@ -70,7 +70,6 @@ class OutlinesMatcher(TokenTextMatcher):
                 self.error = f"token {token_id} is not allowed here"
         return False
 
-
     def is_accepting(self) -> bool:
         return self.error is None and self._guide.is_finished()
 
