@@ -45,9 +45,10 @@ _NUMERIC = frozenset({"integer", "fraction"})
 _OBJECT, _ARRAY, _STRING = frozenset({"object"}), frozenset({"array"}), frozenset({"string"})
 _TYPE_ORDER = ("object", "array", "string", "number", "integer", "boolean", "null")
 
-#: Formats xgrammar 0.2.8 turns into a grammar (verified by compiling and matching examples).
-XGRAMMAR_FORMATS = frozenset(
-    {"date", "time", "date-time", "duration", "email", "uuid", "uri", "uri-reference", "ipv4", "ipv6", "hostname"}
+#: Formats both JSON backends turn into a grammar (verified by compiling and matching examples):
+#: xgrammar 0.2.8 also knows ``uri-reference``, llguidance 1.9.1 refuses it, so it is validated only.
+GRAMMAR_FORMATS = frozenset(
+    {"date", "time", "date-time", "duration", "email", "uuid", "uri", "ipv4", "ipv6", "hostname"}
 )
 
 #: Keywords xgrammar silently ignores: stripped and reported, never left for it to drop unnoticed.
@@ -576,7 +577,7 @@ class Merge:
                 self.ctx.note(where, "pattern", "only one pattern per schema is enforced; checked by validation")
         if "format" in schema:
             value = schema["format"]
-            if value not in XGRAMMAR_FORMATS:
+            if value not in GRAMMAR_FORMATS:
                 self.ctx.note(f"{pointer}/format", "format", f"format {value!r} is {_VALIDATION}")
             elif self.format is None:
                 self.format = (value, f"{pointer}/format")
@@ -729,7 +730,13 @@ class Merge:
             out["required"] = required
         if additional is not None:
             out["additionalProperties"] = additional
-        return out | self._counts("Properties")
+        if additional is False:
+            return out | self._counts("Properties")
+        # A grammar can count properties only when it knows them all (llguidance refuses otherwise).
+        for keyword, (value, pointer) in (*self.least.items(), *self.most.items()):
+            if keyword == "maxProperties" or (keyword == "minProperties" and value > 0):
+                self.ctx.note(pointer, keyword, f"{keyword} on an open object is {_VALIDATION}")
+        return out
 
     def _emit_array(self, child: Child) -> dict[str, Any]:
         cap = self.most["maxItems"][0] if "maxItems" in self.most else None

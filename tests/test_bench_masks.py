@@ -20,7 +20,7 @@ MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbenc
 FILES = ["Github_trivial---o50969.json", "Github_easy---o90887.json", "BFCL_simple_1.json"]
 COMPILE_FIELDS = {"schemas", "compiled", "compile_errors", "timeouts", "step_timeouts", "crashes", "ttfm_ms"}
 MASK_FIELDS = COMPILE_FIELDS | {
-    "valid_tests", "valid_rejected", "valid_rejected_final", "invalid_tests", "invalid_accepted_by_mask",
+    "valid_tests", "valid_rejected", "valid_rejected_order", "valid_rejected_final", "invalid_tests", "invalid_accepted_by_mask",
     "invalid_accepted_final", "mismatches", "tbm_us", "by_source", "examples",
 }
 WALK_FIELDS = COMPILE_FIELDS | {"walks", "completed", "capped", "dead_ends", "mismatches", "schema_invalid", "examples"}
@@ -109,3 +109,44 @@ def test_engine_that_cannot_start_is_reported_not_fatal(paths, tmp_path):
     assert run_masks([paths[0], "--engines", "outlines", "--tokenizer", str(missing), "--json", str(out)]) == 1
     stats = json.loads(out.read_text())["engines"]["outlines"]
     assert stats["schemas"] == 0 and "failed to start" in stats["aborted"]
+
+
+def test_in_schema_order_follows_refs_branches_and_patterns():
+    from service.bench.reorder import in_schema_order
+
+    schema = {
+        "$defs": {"point": {"type": "object", "properties": {"x": {}, "y": {}}}},
+        "type": "object",
+        "properties": {
+            "b": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"$ref": "#/$defs/point"}}]},
+            "a": {"patternProperties": {"^p": {"$ref": "#/$defs/point"}}},
+        },
+    }
+    data = {"extra": 1, "a": {"p1": {"y": 2, "x": 1}}, "b": [{"y": 4, "x": 3}]}
+    ordered = in_schema_order(data, schema)
+    assert ordered == data  # the same value...
+    assert json.dumps(ordered) == json.dumps(  # ...in the schema's order, unlisted keys last
+        {"b": [{"x": 3, "y": 4}], "a": {"p1": {"x": 1, "y": 2}}, "extra": 1}
+    )
+
+
+def test_masks_tells_property_order_from_other_rejections(tmp_path):
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    }
+    case = {"description": "order", "meta": {}, "schema": schema, "tests": [
+        {"valid": True, "data": {"name": "a", "age": 1}},
+        {"valid": True, "data": {"age": 1, "name": "a"}},  # valid, but not in the schema's order
+        {"valid": True, "data": {"name": "a", "age": "1"}},  # mislabelled: rejected for its value
+    ]}
+    path = tmp_path / "Handwritten---order.json"
+    path.write_text(json.dumps(case))
+    out = tmp_path / "masks.json"
+    assert run_masks([str(path), "--engines", "tokenmold,llguidance", "--json", str(out)]) == 0
+    for stats in json.loads(out.read_text())["engines"].values():
+        assert (stats["valid_tests"], stats["valid_rejected"], stats["valid_rejected_order"]) == (3, 2, 1)
+        assert [e["test"] for e in stats["examples"]["valid_rejected_order"]] == [1]
+        assert [e["test"] for e in stats["examples"]["valid_rejected"]] == [2]

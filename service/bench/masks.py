@@ -5,7 +5,10 @@ instance: serialize it as compact JSON, tokenize it (no special tokens) and walk
 each one the next-token bitmask is filled (timed: ``tbm``) and must allow the token, which is then
 committed. An instance is accepted by the mask when every token passes and a stop token is allowed
 at the end. For tokenmold the validation layer then judges the text too (``*_final``); the raw
-engines have no such layer, so their final verdict is the mask's.
+engines have no such layer, so their final verdict is the mask's. A rejected valid instance is
+walked once more with its keys in the schema's property order (``service/bench/reorder.py``): when
+that passes, the rejection is counted as property order (``valid_rejected_order``), the layout every
+engine here imposes, rather than as a value the grammar cannot produce.
 
     tokenmold bench masks PATH... [--engines a,b] [--limit N] [--seed S] [--timeout S]
                                   [--jobs N] [--tokenizer DIR] [--json OUT]
@@ -30,6 +33,7 @@ from grammar.backends.base import CompiledGrammar
 from service.bench.bitmask import is_allowed, new_bitmask
 from service.bench.corpus import Instance, load_case, source_of
 from service.bench.engines import BenchEngine, compile_timed
+from service.bench.reorder import in_schema_order
 from service.bench.report import MAX_EXAMPLES, CompileStats, number, percentiles, ratio, table
 from service.bench.runner import Outcome, add_common_arguments, run_benchmark
 
@@ -52,6 +56,8 @@ class InstanceResult:
     mismatch: str | None = None
     #: The validation layer raised instead of judging.
     validator_error: str | None = None
+    #: A rejected valid instance that the mask accepts once its keys follow the schema's order.
+    order_only: bool = False
 
 
 def measure_file(engine: BenchEngine, path: str) -> Iterator[Any]:
@@ -74,44 +80,59 @@ def _measure_instance(
     instance: Instance,
     bitmask: torch.Tensor,
 ) -> InstanceResult:
-    text = json.dumps(instance.data, separators=(",", ":"), ensure_ascii=False)
+    text = _compact(instance.data)
     tokens = engine.vocab.encode(text)
-    matcher = compiled.matcher()
     times: list[float] = []
+    accepted, rejected_at, mismatch = _walk(engine, compiled, tokens, bitmask, times)
+    final, validator_error, order_only = accepted, None, False
+    if accepted:
+        try:
+            verdict = engine.final_accepts(schema, text)
+        except Exception as exc:  # a schema the validator cannot handle: counted, not accepted
+            verdict, validator_error = False, f"{type(exc).__name__}: {exc}"[:300]
+        final = accepted if verdict is None else verdict
+    elif instance.valid:
+        reordered = _compact(in_schema_order(instance.data, schema))
+        order_only = reordered != text and _walk(engine, compiled, engine.vocab.encode(reordered), bitmask, [])[0]
+    return InstanceResult(
+        index, instance.valid, len(tokens), accepted, final, rejected_at, times, mismatch, validator_error,
+        order_only,
+    )
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _walk(
+    engine: BenchEngine, compiled: CompiledGrammar, tokens: list[int], bitmask: torch.Tensor, times: list[float]
+) -> tuple[bool, int | None, str | None]:
+    """Walk ``tokens`` through a fresh matcher, timing each mask fill into ``times``: whether the
+    mask accepted them with a stop allowed at the end, where it refused, and any disagreement
+    between mask and matcher."""
+    matcher = compiled.matcher()
 
     def fill() -> None:
         started = time.perf_counter()
         matcher.fill_next_token_bitmask(bitmask)
         times.append((time.perf_counter() - started) * 1e6)
 
-    def result(accepted: bool, rejected_at: int | None = None, mismatch: str | None = None) -> InstanceResult:
-        final, validator_error = accepted, None
-        if accepted:
-            try:
-                verdict = engine.final_accepts(schema, text)
-            except Exception as exc:  # a schema the validator cannot handle: counted, not accepted
-                verdict, validator_error = False, f"{type(exc).__name__}: {exc}"[:300]
-            final = accepted if verdict is None else verdict
-        return InstanceResult(
-            index, instance.valid, len(tokens), accepted, final, rejected_at, times, mismatch, validator_error
-        )
-
     for position, token in enumerate(tokens):
         fill()
         if not is_allowed(bitmask, token):
-            return result(False, position)
+            return False, position, None
         if not matcher.accept_token(token):
-            return result(False, position, f"token {position} allowed by the mask, refused: {matcher.error}")
+            return False, position, f"token {position} allowed by the mask, refused: {matcher.error}"
     fill()
     stop_allowed = any(is_allowed(bitmask, stop) for stop in engine.vocab.stop_token_ids)
     mismatch = None
     if stop_allowed != matcher.is_accepting():
         mismatch = f"stop allowed by the mask: {stop_allowed}, matcher accepting: {matcher.is_accepting()}"
-    return result(stop_allowed, None if stop_allowed else len(tokens), mismatch)
+    return stop_allowed, None if stop_allowed else len(tokens), mismatch
 
 
 _SOURCE_FIELDS = (
-    "schemas", "compiled", "timeouts", "valid_tests", "valid_rejected",
+    "schemas", "compiled", "timeouts", "valid_tests", "valid_rejected", "valid_rejected_order",
     "invalid_tests", "invalid_accepted_by_mask", "invalid_accepted_final",
 )
 
@@ -123,6 +144,8 @@ class MaskStats:
     compile: CompileStats = field(default_factory=CompileStats)
     valid_tests: int = 0
     valid_rejected: int = 0
+    #: Of ``valid_rejected``: accepted once the instance's keys follow the schema's property order.
+    valid_rejected_order: int = 0
     valid_rejected_final: int = 0
     invalid_tests: int = 0
     invalid_accepted_by_mask: int = 0
@@ -166,7 +189,10 @@ class MaskStats:
             if not result.accepted_by_mask:
                 self.valid_rejected += 1
                 source["valid_rejected"] += 1
-                self._example("valid_rejected", where)
+                if result.order_only:
+                    self.valid_rejected_order += 1
+                    source["valid_rejected_order"] += 1
+                self._example("valid_rejected_order" if result.order_only else "valid_rejected", where)
             if not result.accepted_final:
                 self.valid_rejected_final += 1
         else:
@@ -189,6 +215,7 @@ class MaskStats:
             **self.compile.as_dict(),
             "valid_tests": self.valid_tests,
             "valid_rejected": self.valid_rejected,
+            "valid_rejected_order": self.valid_rejected_order,
             "valid_rejected_final": self.valid_rejected_final,
             "invalid_tests": self.invalid_tests,
             "invalid_accepted_by_mask": self.invalid_accepted_by_mask,
@@ -205,7 +232,7 @@ class MaskStats:
 
 def render(stats: dict[str, MaskStats]) -> str:
     headers = [
-        "engine", "compiles", "valid rejected", "invalid acc. (mask)", "invalid acc. (final)",
+        "engine", "compiles", "valid rejected", "of which not order", "invalid acc. (mask)", "invalid acc. (final)",
         "compile p50/p99 ms", "mask p50/p99 µs", "timeouts",
     ]
     rows = []
@@ -215,6 +242,7 @@ def render(stats: dict[str, MaskStats]) -> str:
             engine,
             f"{ratio(s.compile.compiled, s.compile.schemas)} ({s.compile.compiled}/{s.compile.schemas})",
             f"{ratio(s.valid_rejected, s.valid_tests)} ({s.valid_rejected}/{s.valid_tests})",
+            f"{s.valid_rejected - s.valid_rejected_order} ({ratio(s.valid_rejected - s.valid_rejected_order, s.valid_tests)})",
             f"{s.invalid_accepted_by_mask}/{s.invalid_tests} ({ratio(s.invalid_accepted_by_mask, s.invalid_tests)})",
             f"{s.invalid_accepted_final}/{s.invalid_tests} ({ratio(s.invalid_accepted_final, s.invalid_tests)})",
             f"{number(ttfm['p50'])} / {number(ttfm['p99'])}",

@@ -46,6 +46,8 @@ class CompileStats:
     timeouts: int = 0
     #: Killed later, on one test instance or walk; the rest of that file was skipped.
     step_timeouts: int = 0
+    #: The files of both kinds of timeout.
+    timeout_examples: list[str] = field(default_factory=list)
     #: The job raised or the worker died; the rest of that file was skipped.
     crashes: int = 0
     crash_examples: list[dict[str, str]] = field(default_factory=list)
@@ -61,6 +63,8 @@ class CompileStats:
             self.crashes += 1
             if len(self.crash_examples) < MAX_EXAMPLES:
                 self.crash_examples.append({"file": name, "error": outcome.failure[:300]})
+        if outcome.timed_out and len(self.timeout_examples) < MAX_EXAMPLES:
+            self.timeout_examples.append(name)
         if not outcome.events:
             self.timeouts += outcome.timed_out
             return False
@@ -86,6 +90,7 @@ class CompileStats:
             "compile_errors": dict(self.compile_errors.most_common()),
             "timeouts": self.timeouts,
             "step_timeouts": self.step_timeouts,
+            "timeout_examples": self.timeout_examples,
             "crashes": self.crashes,
             "ttfm_ms": percentiles(self.ttfm_ms),
             "slowest_compile": self.slowest,

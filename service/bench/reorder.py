@@ -1,0 +1,119 @@
+"""Put a JSON instance's object keys in the order its schema lists them.
+
+Every engine benchmarked emits an object's properties in the order of ``properties`` (tokenmold by
+design, see docs/design.md), while MaskBench's instances often list them in another order. The
+masks benchmark re-walks a rejected valid instance in schema order: when that is accepted, the
+rejection is counted as property order (a layout choice), not as a value the grammar cannot
+produce. Reordering never changes the instance's value, so the classification is sound however
+the order is guessed; a wrong guess only leaves a rejection counted as "other".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from jsonschema.validators import validator_for
+
+_BRANCHES = ("anyOf", "oneOf")
+
+
+class _SchemaOrder:
+    def __init__(self, root: dict[str, Any] | bool) -> None:
+        self.root = root
+        self._validator = validator_for(root)(root) if isinstance(root, dict) else None
+
+    def resolve(self, schema: Any) -> dict[str, Any]:
+        """Follow local ``$ref`` chains (a ref's siblings are kept); anything else is opaque ({})."""
+        seen: set[str] = set()
+        while isinstance(schema, dict) and isinstance(schema.get("$ref"), str):
+            ref = schema["$ref"]
+            if not ref.startswith("#") or ref in seen:
+                return {}
+            seen.add(ref)
+            target: Any = self.root
+            for part in [p for p in ref[1:].split("/") if p]:
+                part = part.replace("~1", "/").replace("~0", "~")
+                if isinstance(target, dict) and part in target:
+                    target = target[part]
+                elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                    target = target[int(part)]
+                else:
+                    return {}
+            siblings = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = {"allOf": [target, siblings]} if siblings else target
+        return schema if isinstance(schema, dict) else {}
+
+    def matching_branch(self, branches: list[Any], data: Any) -> Any:
+        """The first branch the instance is valid against (the one whose layout it was meant to follow)."""
+        if self._validator is not None:
+            for branch in branches:
+                try:
+                    if self._validator.evolve(schema=branch).is_valid(data):
+                        return branch
+                except Exception:  # an exotic branch the validator cannot handle: try the next
+                    continue
+        return None
+
+    def parts(self, schema: Any, data: Any) -> list[dict[str, Any]]:
+        """The schema objects that apply to ``data``, in the order their properties are laid out."""
+        schema = self.resolve(schema)
+        found = [schema]
+        for branch in schema.get("allOf", []) if isinstance(schema.get("allOf"), list) else []:
+            found += self.parts(branch, data)
+        for keyword in _BRANCHES:
+            if isinstance(schema.get(keyword), list):
+                chosen = self.matching_branch(schema[keyword], data)
+                if chosen is not None:
+                    found += self.parts(chosen, data)
+        return found
+
+    def order(self, data: Any, schema: Any) -> Any:
+        parts = self.parts(schema, data)
+        if isinstance(data, dict):
+            rank: dict[str, int] = {}
+            for part in parts:
+                for name in part.get("properties", {}) if isinstance(part.get("properties"), dict) else {}:
+                    rank.setdefault(name, len(rank))
+            keys = sorted(data, key=lambda k: rank.get(k, len(rank)))
+            return {key: self.order(data[key], self._child(parts, key)) for key in keys}
+        if isinstance(data, list):
+            return [self.order(item, self._item(parts, i)) for i, item in enumerate(data)]
+        return data
+
+    @staticmethod
+    def _child(parts: list[dict[str, Any]], key: str) -> Any:
+        for part in parts:
+            properties = part.get("properties")
+            if isinstance(properties, dict) and key in properties:
+                return properties[key]
+        for part in parts:
+            patterns = part.get("patternProperties")
+            for pattern, subschema in patterns.items() if isinstance(patterns, dict) else ():
+                try:
+                    if re.search(pattern, key):
+                        return subschema
+                except re.error:  # an ECMA-only construct: not this one
+                    continue
+        for part in parts:
+            if isinstance(part.get("additionalProperties"), dict):
+                return part["additionalProperties"]
+        return {}
+
+    @staticmethod
+    def _item(parts: list[dict[str, Any]], index: int) -> Any:
+        for part in parts:
+            prefix = part.get("prefixItems", part.get("items") if isinstance(part.get("items"), list) else None)
+            if isinstance(prefix, list) and index < len(prefix):
+                return prefix[index]
+        for part in parts:
+            items = part.get("items") if isinstance(part.get("items"), dict) else part.get("additionalItems")
+            if isinstance(items, dict):
+                return items
+        return {}
+
+
+def in_schema_order(data: Any, schema: dict[str, Any] | bool) -> Any:
+    """``data`` with every object's keys in the order the schema (its matching branches included)
+    lists them; keys the schema does not list keep their relative order, after the listed ones."""
+    return _SchemaOrder(schema).order(data, schema)
