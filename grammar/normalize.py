@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
@@ -383,6 +383,7 @@ class _Normalizer:
 
     def run(self) -> Normalized:
         self._check_local_refs()
+        self._check_in_place_loops()
         try:
             body = self._conjoin([(self.root, "", ("",))], depth=0, copies=1)
         except Unsat as reason:
@@ -734,6 +735,60 @@ class _Normalizer:
             index += 1
             if ref.startswith("#"):
                 self._located(ref, pointer)
+
+    def _check_in_place_loops(self) -> None:
+        """Refuse a ``$ref`` cycle that never descends into the instance (only ``allOf``/``anyOf``/
+        ``oneOf``/``not``/``if``/``then``/``else``/``dependentSchemas`` and ``$ref`` in between).
+
+        The specification leaves such schemas undefined and validators recurse until they crash on
+        them; the grammar may simplify the loop away (``anyOf: [{"$ref": "#"}, true]``), but the
+        validation layer could then judge no output. Depth-first over schema positions, iteratively;
+        every cycle passes through a ``$ref`` target, so starting from the root and each target
+        finds them all.
+        """
+        color: dict[str, int] = {}  # 1: on the current path, 2: done
+        starts = [(self.root, "")] + [self._located(ref, at) for ref, at in self.checker.refs if ref.startswith("#")]
+        for start, start_pointer in starts:
+            if start_pointer in color:
+                continue
+            color[start_pointer] = 1
+            path = [start_pointer]
+            stack = [self._in_place_children(start, start_pointer)]
+            while stack:
+                child = next(stack[-1], None)
+                if child is None:
+                    color[path.pop()] = 2
+                    stack.pop()
+                    continue
+                schema, pointer = child
+                if color.get(pointer) == 1:
+                    loop = " -> ".join(p or "/" for p in (*path[path.index(pointer) :], pointer))
+                    raise SchemaError(
+                        f"$ref loop that never descends into the instance: {loop}",
+                        pointer=f"{path[-1]}/$ref",
+                        keyword="$ref",
+                    )
+                if pointer not in color:
+                    color[pointer] = 1
+                    path.append(pointer)
+                    stack.append(self._in_place_children(schema, pointer))
+
+    def _in_place_children(self, schema: Any, pointer: str) -> Iterator[tuple[Any, str]]:
+        """The subschemas applied to the same instance location as ``schema``."""
+        if not isinstance(schema, dict):
+            return
+        for key in ("allOf", "anyOf", "oneOf"):
+            if key in self.known and isinstance(schema.get(key), list):
+                yield from ((sub, f"{pointer}/{key}/{i}") for i, sub in enumerate(schema[key]))
+        for key in ("not", "if", "then", "else"):
+            if key in self.known and key in schema:
+                yield schema[key], f"{pointer}/{key}"
+        if "dependentSchemas" in self.known and isinstance(schema.get("dependentSchemas"), dict):
+            for name, sub in schema["dependentSchemas"].items():
+                yield sub, f"{pointer}/dependentSchemas/{pointer_token(name)}"
+        ref = schema.get("$ref")
+        if "$ref" in self.known and isinstance(ref, str) and ref.startswith("#"):
+            yield self._located(ref, pointer)
 
     def _resolve(self, ref: str, pointer: str) -> tuple[Any, str]:
         """The target of ``ref`` and its canonical pointer, counted against ``max_ref_expansions``."""

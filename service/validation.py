@@ -13,6 +13,8 @@ report's ``validated_only``) and for engines that misbehave.
 from __future__ import annotations
 
 import json
+import math
+import sys
 from functools import lru_cache
 from typing import Any
 
@@ -75,7 +77,13 @@ def check_json(
 ) -> tuple[Any, list[VerdictError]]:
     """Parse ``text`` strictly and validate it; returns (value, errors)."""
     try:
-        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
+        value = json.loads(
+            text,
+            parse_constant=_reject_constant,
+            parse_float=_finite_float,
+            parse_int=_double_range_int,
+            object_pairs_hook=_reject_duplicates,
+        )
     except (json.JSONDecodeError, ValueError) as exc:
         return None, [VerdictError(path="", keyword="json", message=f"not valid JSON: {exc}")]
     errors = [
@@ -162,8 +170,28 @@ def _pointer(parts: Any) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+_MAX_DOUBLE = int(sys.float_info.max)
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    """JSON's grammar bounds no number (grammars built from it cannot either), but ``1E400`` is
+    infinity to every consumer and crashes numeric keywords: flagged like any other bad JSON."""
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text[:40]} is beyond the range of a double")
+    return value
+
+
+def _double_range_int(text: str) -> int:
+    """Integers too, where they exceed what a float can hold (float ``multipleOf`` divides them)."""
+    value = int(text)
+    if abs(value) > _MAX_DOUBLE:
+        raise ValueError(f"the number {text[:40]}... is beyond the range of a double")
+    return value
 
 
 def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from grammar.errors import LimitExceeded, SchemaError, ShapeError, Unsatisfiable
 from grammar.limits import Limits
 from grammar.normalize import normalize_schema
 from grammar.schema_merge import GRAMMAR_FORMATS
+from strategies import VALUES, schema_strategy, semantic_schemas
 
 MASKBENCH = str(Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench")
 
@@ -385,8 +386,8 @@ def test_ref_alias_loop_is_a_schema_error() -> None:
         "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
         "properties": {"x": {"$ref": "#/$defs/a"}},
     }
-    error = raises(schema, SchemaError, "/$defs/a", "$ref")
-    assert "/$defs/a -> /$defs/b -> /$defs/a" in error.message
+    error = raises(schema, SchemaError, "/$defs/a/$ref", "$ref")
+    assert "never descends into the instance: /$defs/b -> /$defs/a -> /$defs/b" in error.message
 
 
 def test_ref_loop_through_any_of_is_a_schema_error() -> None:
@@ -394,12 +395,22 @@ def test_ref_loop_through_any_of_is_a_schema_error() -> None:
         "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "null"}]}},
         "properties": {"x": {"$ref": "#/$defs/a"}},
     }
-    raises(schema, SchemaError, "/$defs/a", "$ref")
+    raises(schema, SchemaError, "/$defs/a/anyOf/0/$ref", "$ref")
     inlined = {
         "$defs": {"a": {"allOf": [{"$ref": "#/$defs/a"}], "type": "object"}},
         "properties": {"x": {"$ref": "#/$defs/a"}},
     }
     raises(inlined, SchemaError, "/$defs/a/allOf/0/$ref", "$ref")
+
+
+def test_in_place_loop_is_refused_even_where_the_grammar_could_simplify_it() -> None:
+    # Found by the mask-soundness property test: the `true` branch makes the grammar "anything",
+    # but jsonschema recurses forever on the loop, so no output could ever be validated.
+    schema = {"anyOf": [{"$ref": "#", "type": "string"}, True]}
+    error = raises(schema, SchemaError, "/anyOf/0/$ref", "$ref")
+    assert "never descends into the instance: / -> /anyOf/0 -> /" in error.message
+    descending = {"type": "object", "properties": {"next": {"$ref": "#"}}}
+    assert "$ref" in normalize_schema(descending).schema["properties"]["next"]
 
 
 def test_required_self_reference_without_base_case_is_unsatisfiable() -> None:
@@ -883,12 +894,12 @@ def test_maskbench_sample_normalizes_or_raises_shape_errors() -> None:
     assert not failures, failures
 
 
-_JSON_VALUES = st.recursive(
+_JSONVALUES = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
     max_leaves=6,
 )
-_KEYWORD_VALUES = {
+_KEYWORDVALUES = {
     "type": st.sampled_from(
         ["string", "integer", "number", "object", "array", "boolean", "null", ["string", "null"], "bogus"]
     ),
@@ -900,8 +911,8 @@ _KEYWORD_VALUES = {
     "minItems": st.integers(0, 3),
     "maxItems": st.integers(0, 3),
     "required": st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
-    "enum": st.lists(_JSON_VALUES, max_size=3),
-    "const": _JSON_VALUES,
+    "enum": st.lists(_JSONVALUES, max_size=3),
+    "const": _JSONVALUES,
     "pattern": st.sampled_from(["^a", "b", "(?=x)", "a|b$"]),
     "format": st.sampled_from(["date", "email", "int32"]),
     "multipleOf": st.sampled_from([1, 2, 0.5]),
@@ -911,26 +922,10 @@ _KEYWORD_VALUES = {
 
 
 def _schemas() -> st.SearchStrategy[Any]:
-    leaf = st.booleans() | st.fixed_dictionaries({}, optional=_KEYWORD_VALUES)
-    return st.recursive(
-        leaf,
-        lambda inner: st.fixed_dictionaries(
-            {},
-            optional={
-                **_KEYWORD_VALUES,
-                "properties": st.dictionaries(st.sampled_from(["a", "b", "c"]), inner, max_size=3),
-                "additionalProperties": inner,
-                "patternProperties": st.dictionaries(st.sampled_from(["^x", "y"]), inner, max_size=1),
-                "items": inner,
-                "prefixItems": st.lists(inner, min_size=1, max_size=2),
-                "allOf": st.lists(inner, min_size=1, max_size=3),
-                "anyOf": st.lists(inner, min_size=1, max_size=3),
-                "oneOf": st.lists(inner, min_size=1, max_size=2),
-                "not": inner,
-                "$defs": st.fixed_dictionaries({"d": inner}),
-            },
-        ),
-        max_leaves=8,
+    """Messy schemas (bogus types, dangling and remote refs): normalized or refused, never a crash."""
+    return schema_strategy(
+        _KEYWORDVALUES, st.sampled_from(["a", "b", "c"]), ["^x", "y"],
+        {"$defs": lambda inner: st.fixed_dictionaries({"d": inner})},
     )
 
 
@@ -949,56 +944,6 @@ def test_random_schemas_normalize_or_raise_shape_errors_and_compile(compiler: xg
 # compact-separator slip on unconstrained values does not interfere): a valid instance is always
 # accepted (object keys may have to follow the declared order: xgrammar fixes property order), and
 # without validated_only notes an accepted instance is valid.
-
-_KEYS = st.sampled_from(["a", "b", "c", "x1"])
-_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from([1.5, -0.5, "", "a", "ab", "b"]),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
-    max_leaves=6,
-)
-_SEMANTIC_KEYWORDS = {
-    "type": st.sampled_from(["string", "integer", "number", "object", "array", "boolean", "null", ["string", "null"]]),
-    "minimum": st.integers(-2, 2),
-    "maximum": st.integers(-2, 2),
-    "exclusiveMinimum": st.sampled_from([-1.5, 0, 1]),
-    "minLength": st.integers(0, 2),
-    "maxLength": st.integers(0, 2),
-    "minItems": st.integers(0, 2),
-    "maxItems": st.integers(0, 2),
-    "minProperties": st.integers(0, 2),
-    "maxProperties": st.integers(0, 2),
-    "required": st.lists(_KEYS, max_size=2, unique=True),
-    "enum": st.lists(_VALUES, min_size=1, max_size=3),
-    "const": _VALUES,
-    "pattern": st.sampled_from(["^a", "b", "a|b$"]),
-    "multipleOf": st.sampled_from([1, 2, 0.5]),
-    "uniqueItems": st.booleans(),
-}
-
-
-def _semantic_schemas() -> st.SearchStrategy[Any]:
-    leaf = st.booleans() | st.fixed_dictionaries({}, optional=_SEMANTIC_KEYWORDS)
-    return st.recursive(
-        leaf,
-        lambda inner: st.fixed_dictionaries(
-            {},
-            optional={
-                **_SEMANTIC_KEYWORDS,
-                "properties": st.dictionaries(_KEYS, inner, max_size=3),
-                "additionalProperties": inner,
-                "patternProperties": st.dictionaries(st.sampled_from(["^x", "b", ".*"]), inner, max_size=2),
-                "items": inner,
-                "prefixItems": st.lists(inner, min_size=1, max_size=2),
-                "allOf": st.lists(inner, min_size=1, max_size=3),
-                "anyOf": st.lists(inner, min_size=1, max_size=3),
-                "oneOf": st.lists(inner, min_size=1, max_size=2),
-                "not": inner,
-                "$ref": st.sampled_from(["#/properties/a", "#/allOf/0", "#"]),
-            },
-        ),
-        max_leaves=8,
-    )
-
 
 def _key_orders(value: Any, budget: int = 24) -> list[Any]:
     """``value`` with its object keys permuted (at most ``budget`` variants)."""
@@ -1023,7 +968,7 @@ def _compile_spaced(compiler: xgr.GrammarCompiler, normalized: Any) -> xgr.Compi
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(schema=_semantic_schemas(), instances=st.lists(_VALUES, min_size=1, max_size=8))
+@given(schema=semantic_schemas(), instances=st.lists(VALUES, min_size=1, max_size=8))
 def test_valid_instances_are_accepted(compiler: xgr.GrammarCompiler, schema: Any, instances: list[Any]) -> None:
     try:
         normalized = normalize_schema(schema).schema
@@ -1038,7 +983,7 @@ def test_valid_instances_are_accepted(compiler: xgr.GrammarCompiler, schema: Any
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
-@given(schema=_semantic_schemas(), instances=st.lists(_VALUES, min_size=1, max_size=8))
+@given(schema=semantic_schemas(), instances=st.lists(VALUES, min_size=1, max_size=8))
 def test_accepted_instances_are_valid_unless_reported(
     compiler: xgr.GrammarCompiler, schema: Any, instances: list[Any]
 ) -> None:

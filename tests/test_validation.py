@@ -55,6 +55,8 @@ def test_abort_is_invalid(compiler) -> None:
         ('{"name": "Ada"', "json", ""),
         ('{"name": "Ada", "age": NaN}', "json", ""),
         ('{"name": "Ada", "name": "Bob", "age": 1}', "json", ""),
+        ('{"name": "Ada", "age": 67E6076}', "json", ""),  # infinity as a float (found by the soundness test)
+        ('{"name": "Ada", "age": 1' + "0" * 400 + "}", "json", ""),  # beyond a double as an integer
         ('{"name": "Ada"}', "required", ""),
         ('{"name": "Ada", "age": -1}', "minimum", "/age"),
         ('{"name": "Ada", "age": 1, "email": "not-an-email"}', "format", "/email"),
@@ -65,6 +67,12 @@ def test_invalid_outputs_name_keyword_and_pointer(compiler, text, keyword, path)
     verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), text)
     assert verdict.status is VerdictStatus.INVALID and verdict.value is None
     assert (verdict.errors[0].keyword, verdict.errors[0].path) == (keyword, path)
+
+
+def test_numbers_within_a_double_are_judged_by_the_schema() -> None:
+    # Out-of-range numbers used to crash float multipleOf inside jsonschema (OverflowError).
+    assert check_json("1e308", {"multipleOf": 0.5}) == (1e308, [])
+    assert check_json("-" + "9" * 300, {"type": "integer"})[1] == []
 
 
 def test_schema_draft_follows_dollar_schema() -> None:

@@ -65,7 +65,8 @@ def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, se
         return
     for k in range(walks):
         rng = random.Random(f"{seed}:{case.name}:{k}")  # string seeds are stable across processes
-        yield _walk(engine, compiled, case.schema, bitmask, rng, max_tokens)
+        walk = random_walk(engine.vocab, compiled, bitmask, rng, max_tokens)
+        yield _judged(case.schema, walk.tokens, walk.text) if walk.outcome == "completed" else walk
 
 
 @functools.lru_cache(maxsize=2)
@@ -80,15 +81,11 @@ def _preferred_tokens(vocab: Vocabulary) -> np.ndarray:
     return flags
 
 
-def _walk(
-    engine: BenchEngine,
-    compiled: CompiledGrammar,
-    schema: dict[str, Any] | bool,
-    bitmask: torch.Tensor,
-    rng: random.Random,
-    max_tokens: int,
+def random_walk(
+    vocab: Vocabulary, compiled: CompiledGrammar, bitmask: torch.Tensor, rng: random.Random, max_tokens: int
 ) -> WalkResult:
-    vocab = engine.vocab
+    """One random walk through ``compiled``'s masks (see the module docstring); a completed walk
+    is not judged here."""
     preferred = _preferred_tokens(vocab)
     stops = set(vocab.stop_token_ids)
     matcher = compiled.matcher()
@@ -106,7 +103,7 @@ def _walk(
             allowed = allowed[preferred[allowed]]
         token = int(allowed[rng.randrange(allowed.size)])
         if token in stops:
-            return _judged(schema, len(tokens), text())
+            return WalkResult("completed", len(tokens), text())
         if not matcher.accept_token(token):
             return WalkResult("mismatch", len(tokens), text(), matcher.error)
         tokens.append(token)
