@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -17,7 +19,7 @@ class SamplingOptions(BaseModel):
     top_k: int = Field(default=0, ge=0, description="0 disables top-k.")
     min_p: float = Field(default=0.0, ge=0.0, le=1.0)
     seed: int | None = None
-    stop: list[str] = Field(default_factory=list, max_length=16)
+    stop: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, max_length=16)
     stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
     logit_bias: dict[int, float] = Field(default_factory=dict, max_length=1024)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     from grammar.limits import DEFAULT_LIMITS
+    from service.engine import EngineConfig
 
     parser = argparse.ArgumentParser(prog="tokenmold", description="Structured-output generation on vLLM.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -79,6 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's, <= 8192)")
     serve.add_argument("--compile-timeout", type=float, default=DEFAULT_LIMITS.compile_timeout_s, metavar="SECONDS",
                        help="wall-clock limit of one grammar compilation (400 compile_timeout past it)")
+    serve.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
+                       help="sequences the engine batches at once")
     serve.add_argument("--compile-workers", type=int, default=1, help="grammar compile worker processes")
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
     serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")

@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from service.environment import configure_environment, set_kv_cache_space
-from service.errors import PromptTooLong
+from service.errors import PromptTooLong, RequestError
 
 if TYPE_CHECKING:
     from vllm import RequestOutput, SamplingParams
 
     from service.model_info import ModelInfo
+
+
+@contextmanager
+def engine_validation() -> Iterator[None]:
+    """vLLM's own refusals of a request (``VLLMValidationError``: an empty stop string, a token id
+    beyond the vocabulary...) are the request's fault: a ``RequestError`` (400) naming the field."""
+    from vllm.exceptions import VLLMValidationError
+
+    try:
+        yield
+    except VLLMValidationError as exc:
+        raise RequestError(f"the engine refused the request: {exc}", param=exc.parameter) from None
 
 
 @dataclass(frozen=True)
@@ -93,18 +106,29 @@ class Engine:
         self._ids = itertools.count()
 
     def chat_prompt(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None) -> list[int]:
-        """Token ids of ``messages`` rendered by the model's chat template, ready for the answer."""
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=False
-        )
-        return self.text_prompt(text)
+        """Token ids of ``messages`` rendered by the model's chat template, ready for the answer.
 
-    def text_prompt(self, text: str) -> list[int]:
+        A template may refuse a conversation (``raise_exception`` on a role order it does not
+        support, a missing field): that is the request's fault, a 400 naming the template's reason.
+        """
+        from jinja2 import TemplateError
+
+        try:
+            text = self.tokenizer.apply_chat_template(
+                messages, tools=tools, add_generation_prompt=True, tokenize=False
+            )
+        except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:
+            raise RequestError(f"the model's chat template refused the messages: {exc}", param="messages") from None
+        return self.text_prompt(text, param="messages")
+
+    def text_prompt(self, text: str, *, param: str = "prompt") -> list[int]:
         ids = list(self.tokenizer.encode(text, add_special_tokens=False))
+        if not ids:
+            raise RequestError("the prompt is empty: the model needs at least one token to continue", param=param)
         if len(ids) >= self.max_model_len:
             raise PromptTooLong(
                 f"the prompt is {len(ids)} tokens; this model's context is {self.max_model_len} tokens",
-                param="messages",
+                param=param,
             )
         return ids
 
@@ -120,8 +144,9 @@ class Engine:
     ) -> AsyncIterator[RequestOutput]:
         from vllm.inputs import TokensPrompt
 
-        async for output in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
-            yield output
+        with engine_validation():
+            async for output in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+                yield output
 
     async def abort(self, request_id: str) -> None:
         await self.llm.abort(request_id)

@@ -18,6 +18,7 @@ from vllm import SamplingParams  # noqa: E402  (after the environment is set)
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams  # noqa: E402
 
 from schemas.sampling import SamplingOptions  # noqa: E402
+from service.engine import engine_validation  # noqa: E402
 
 if TYPE_CHECKING:
     from grammar.backends.base import EngineSpec
@@ -40,6 +41,14 @@ def to_sampling_params(
     structured = None
     if engine_spec is not None:
         structured = StructuredOutputsParams(**{engine_spec.kind: engine_spec.text})
+    with engine_validation():
+        return _sampling_params(options, structured, stop_token_ids, room, stream)
+
+
+def _sampling_params(
+    options: SamplingOptions, structured: StructuredOutputsParams | None, stop_token_ids: list[int], room: int,
+    stream: bool,
+) -> SamplingParams:
     return SamplingParams(
         n=options.n,
         max_tokens=min(options.max_tokens or room, room),

@@ -4,8 +4,10 @@ schemas meet: a generated instance often matches a generated ``properties``)."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 
 KEYS = st.sampled_from(["a", "b", "c", "x1"])
@@ -74,3 +76,17 @@ def semantic_schemas() -> st.SearchStrategy[Any]:
         ["^x", "b", ".*"],
         {"$ref": lambda inner: st.sampled_from(["#/properties/a", "#/allOf/0", "#"])},
     )
+
+
+def exploration_settings(examples: int) -> dict[str, Any]:
+    """Hypothesis settings for the suite's exploratory property tests: ``examples`` fixed examples
+    (derandomized, so that CI is reproducible), or with ``TOKENMOLD_PROPERTY_EXAMPLES=N`` set, N
+    fresh random ones (a longer hunt, run by hand)."""
+    override = os.environ.get("TOKENMOLD_PROPERTY_EXAMPLES")
+    return {
+        "max_examples": int(override) if override else examples,
+        "derandomize": not override,
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": list(HealthCheck),
+    }

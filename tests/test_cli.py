@@ -53,3 +53,23 @@ def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
     proc = _run("generate", "--schema", str(bad), "--prompt", "x", timeout=120)
     assert proc.returncode == 2 and "schema is not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.engine
+def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> None:
+    """A small run of the end-to-end bench as a user runs it (in-process, then through `serve`):
+    the figures are not asserted on, only that every one is measured; equal token counts on every
+    side are enforced by the bench itself (it fails otherwise)."""
+    out = tmp_path / "e2e.json"
+    proc = _run("bench", "e2e", "--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--json", str(out),
+                timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for batch in ("1", "2"):
+        row = report[batch]
+        for key in ("unconstrained_tok_s", "constrained_tok_s", "vllm_builtin_tok_s", "http_constrained_tok_s"):
+            assert row[key] > 0, (batch, key, row)
+        assert row["ratio"] == round(row["constrained_tok_s"] / row["unconstrained_tok_s"], 3)
+        assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
+    assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
+    assert "http" in proc.stdout and "TTFT" in proc.stdout

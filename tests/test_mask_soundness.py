@@ -14,9 +14,9 @@ import random
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from jsonschema import Draft202012Validator
-from strategies import semantic_schemas
+from strategies import exploration_settings, semantic_schemas
 
 from grammar import CompileOptions, Shape, ShapeCompiler, ShapeError
 from service.bench.bitmask import new_bitmask
@@ -89,7 +89,7 @@ def _within(path: list[Any], location: list[Any] | None) -> bool:
     )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@settings(**exploration_settings(150))
 @given(schema=semantic_schemas(), seed=...)
 def test_walks_through_the_masks_are_valid_or_flagged_for_a_reported_keyword(
     compiler: ShapeCompiler, schema: Any, seed: int

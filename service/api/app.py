@@ -13,7 +13,7 @@ from service.api.body import BodyLimit
 from service.api.deps import require_api_key
 from service.api.generation import Generation
 from service.api.metrics import Metrics, MetricsMiddleware
-from service.api.routers import chat, completions, health, metrics, models
+from service.api.routers import chat, completions, health, metrics, models, openapi
 from service.api.settings import ServerSettings
 from service.runtime import Runtime
 
@@ -34,14 +34,15 @@ def create_app(runtime: Runtime, settings: ServerSettings) -> FastAPI:
         finally:
             runtime.shutdown()
 
-    # No /docs or /openapi.json: every route but /health sits behind the API key.
+    # FastAPI's own /docs and /openapi.json would bypass the API key: the document is served by a
+    # router behind it instead.
     app = FastAPI(title="tokenmold", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     generation = Generation(runtime, settings, Metrics(runtime.compiler.cache_stats))
     app.state.generation = generation
     errors.install(app)
     app.include_router(health.router)
-    for router in (chat.router, completions.router, models.router, metrics.router):
-        app.include_router(router, dependencies=[Depends(require_api_key)])
+    for router in (chat.router, completions.router, models.router, metrics.router, openapi.router):
+        app.include_router(router, dependencies=[Depends(require_api_key)], responses={401: errors.ERROR_RESPONSES[401]})
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=generation.metrics)  # outermost: sees every status
     return app

@@ -39,6 +39,27 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_f
 _CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
+#: The error statuses the generation routes document in the OpenAPI document (OpenAI's body).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description}
+    for status, description in (
+        (400, "a bad request or shape (the message names the field, JSON Pointer and keyword)"),
+        (401, "missing or wrong API key"),
+        (404, "unknown model"),
+        (413, "request body over --max-body-bytes"),
+        (422, "reject-unaccepted mode: the output is not accepted (the body carries every verdict)"),
+        (503, "the engine is not running"),
+    )
+}
+
+
+#: A generation route's 200: JSON, or with ``stream: true`` server-sent events.
+STREAM_CONTENT: dict[str, Any] = {
+    "description": "the completion, or with stream: true, server-sent events (data: <chunk JSON>)",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+
+
 def error_response(
     status: int,
     message: str,

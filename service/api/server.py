@@ -20,6 +20,7 @@ def serve(args: argparse.Namespace) -> int:
         engine=EngineConfig(
             model=args.model,
             max_model_len=args.max_model_len,
+            max_num_seqs=args.max_num_seqs,
             tensor_parallel_size=args.tensor_parallel_size,
             data_parallel_size=args.data_parallel_size,
             reasoning_parser=args.reasoning_parser,

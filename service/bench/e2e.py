@@ -3,9 +3,12 @@
 Both sides produce exactly ``--max-tokens`` tokens per sequence: unconstrained with ``ignore_eos``,
 constrained with a schema that cannot be complete before the limit (an array with a minimum item
 count far beyond it), so tokens/s compare like with like. Per batch size it reports tokens/s
-unconstrained, through tokenmold (normalized schema -> EBNF -> vLLM's xgrammar backend), and
-through vLLM's built-in JSON path (the schema handed to vLLM as is), plus time to first token with a
-cold and a warm grammar cache.
+unconstrained, through tokenmold (the normalized schema compiled by the backend ``auto`` picks,
+applied first by vLLM), and through vLLM's built-in JSON path (the schema handed to vLLM as is),
+plus time to first token with a cold and a warm grammar cache. Then the in-process engine stops and
+the same constrained workload goes through ``tokenmold serve`` on loopback (B concurrent
+``/v1/chat/completions`` requests): the service's overhead is what HTTP, validation and
+serialization cost on top of in-process generation.
 """
 
 from __future__ import annotations
@@ -137,9 +140,51 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
         report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
         report["max_tokens"] = args.max_tokens
-        return report
     finally:
         runtime.shutdown()
+    if not args.no_http:
+        for batch, tok_s in (await _http_figures(args)).items():
+            row = report[str(batch)]
+            row["http_constrained_tok_s"] = round(tok_s, 1)
+            row["http_overhead"] = round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
+    return report
+
+
+async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
+    """Constrained tokens/s per batch size through a live ``tokenmold serve`` (same engine settings)."""
+    import tempfile
+
+    import httpx
+
+    from service.bench.live_server import LiveServer
+
+    serve_args = ["--max-num-seqs", str(max(args.batch)), "--log-level", "warning"]
+    if args.model:
+        serve_args += ["--model", args.model]
+    with tempfile.TemporaryDirectory() as folder, LiveServer(*serve_args, log=Path(folder) / "serve.log") as server:
+        model = server.model_id()
+        limits = httpx.Limits(max_connections=max(args.batch) + 4)
+        async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as client:
+
+            async def one(prompt: Prompt, max_tokens: int) -> int:
+                body = {
+                    "model": model, "messages": prompt.messages, "max_tokens": max_tokens, "temperature": 0.0,
+                    "response_format": {"type": "json_schema", "json_schema": {"name": "catalogue", "schema": LONG_SCHEMA}},
+                }
+                response = await client.post("/v1/chat/completions", json=body)
+                response.raise_for_status()
+                return int(response.json()["usage"]["completion_tokens"])
+
+            await asyncio.gather(*(one(p, 8) for p in _prompts(2)))  # warm-up, as in-process
+            figures = {}
+            for batch in args.batch:
+                started = time.perf_counter()
+                counts = await asyncio.gather(*(one(p, args.max_tokens) for p in _prompts(batch)))
+                seconds = time.perf_counter() - started
+                if any(n != args.max_tokens for n in counts):
+                    raise RuntimeError(f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair")
+                figures[batch] = sum(counts) / seconds
+    return figures
 
 
 def run_e2e(argv: list[str] | None = None) -> int:
@@ -148,14 +193,17 @@ def run_e2e(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--ttft-repeats", type=int, default=5)
     parser.add_argument("--model", default=None)
+    parser.add_argument("--no-http", action="store_true", help="skip the run through tokenmold serve")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
     report = asyncio.run(_bench(args))
-    print(f"{'batch':>6} {'unconstrained':>14} {'tokenmold':>10} {'ratio':>6} {'vllm-json':>10} {'ratio':>6}   (tok/s)")
+    print(f"{'batch':>6} {'unconstrained':>14} {'tokenmold':>10} {'ratio':>6} {'vllm-json':>10} {'ratio':>6} "
+          f"{'http':>8} {'overhead':>9}   (tok/s)")
     for batch in args.batch:
         r = report[str(batch)]
         print(f"{batch:>6} {r['unconstrained_tok_s']:>14} {r['constrained_tok_s']:>10} {r['ratio']:>6} "
-              f"{r['vllm_builtin_tok_s']:>10} {r['vllm_builtin_ratio']:>6}")
+              f"{r['vllm_builtin_tok_s']:>10} {r['vllm_builtin_ratio']:>6} "
+              f"{r.get('http_constrained_tok_s', '-'):>8} {r.get('http_overhead', '-'):>9}")
     t = report["ttft"]
     print(f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
           f"warm grammar {t['ttft_warm_ms']['p50']} (warm overhead {t['warm_overhead_ms']} ms)")

@@ -5,15 +5,20 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from schemas.openai import ChatCompletionRequest
+from schemas.openai import ChatCompletion, ChatCompletionRequest
 from service.api.deps import get_generation
+from service.api.errors import ERROR_RESPONSES, STREAM_CONTENT
 from service.api.generation import Generation
 from service.api.translate import ChatStream, chat_plan, chat_response
 
 router = APIRouter()
 
 
-@router.post("/v1/chat/completions")
+@router.post(
+    "/v1/chat/completions",
+    response_model=None,
+    responses={200: {"model": ChatCompletion, **STREAM_CONTENT}, **ERROR_RESPONSES},
+)
 async def chat_completions(
     body: ChatCompletionRequest, request: Request, generation: Generation = Depends(get_generation)
 ) -> Response:

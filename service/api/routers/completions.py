@@ -5,15 +5,20 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from schemas.openai import CompletionRequest
+from schemas.openai import CompletionRequest, TextCompletion
 from service.api.deps import get_generation
+from service.api.errors import ERROR_RESPONSES, STREAM_CONTENT
 from service.api.generation import Generation
 from service.api.translate import CompletionStream, completion_plan, completion_response
 
 router = APIRouter()
 
 
-@router.post("/v1/completions")
+@router.post(
+    "/v1/completions",
+    response_model=None,
+    responses={200: {"model": TextCompletion, **STREAM_CONTENT}, **ERROR_RESPONSES},
+)
 async def completions(
     body: CompletionRequest, request: Request, generation: Generation = Depends(get_generation)
 ) -> Response:

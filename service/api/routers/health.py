@@ -6,13 +6,19 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from service.api.deps import get_runtime
+from service.api.errors import ERROR_RESPONSES
 from service.errors import EngineUnavailable
 from service.runtime import Runtime
 
 router = APIRouter()
 
 
-@router.get("/health")
+@router.get(
+    "/health",
+    response_class=Response,
+    responses={200: {"description": "the engine is alive (empty body)", "content": {}},
+               503: ERROR_RESPONSES[503]},
+)
 async def health(runtime: Runtime = Depends(get_runtime)) -> Response:
     if not await runtime.engine.is_healthy():
         raise EngineUnavailable("the engine does not answer its health check")

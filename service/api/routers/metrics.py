@@ -12,6 +12,11 @@ from service.api.generation import Generation
 router = APIRouter()
 
 
-@router.get("/metrics")
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"description": "Prometheus text exposition format",
+                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(generation: Generation = Depends(get_generation)) -> Response:
     return Response(generation.metrics.render(), media_type=CONTENT_TYPE_LATEST)

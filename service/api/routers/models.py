@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends
 
 from schemas.openai import ModelCard, ModelList
 from service.api.deps import get_generation
+from service.api.errors import ERROR_RESPONSES
 from service.api.generation import Generation
 
 router = APIRouter()
@@ -23,7 +24,7 @@ async def list_models(generation: Generation = Depends(get_generation)) -> Model
     return ModelList(data=[_card(generation)])
 
 
-@router.get("/v1/models/{model_id:path}")
+@router.get("/v1/models/{model_id:path}", responses={404: ERROR_RESPONSES[404]})
 async def get_model(model_id: str, generation: Generation = Depends(get_generation)) -> ModelCard:
     generation.check_model(model_id)
     return _card(generation)
