@@ -6,6 +6,10 @@ with ``LLGUIDANCE_MARKER`` carries a serialized llguidance grammar and is compil
 into the same int32 bitmask layout; everything else goes to xgrammar unchanged. Both are applied
 by vLLM in the model runner before any other logits processor.
 
+It also replaces how the model runner applies a bitmask to 16-bit logits on the CPU
+(``grammar.mask_apply``: one pass over the logits as int16 instead of a float32 round trip); GPU
+logits, float32 logits and speculative decoding keep vLLM's own path.
+
 Registered as the ``vllm.general_plugins`` entry point ``tokenmold`` (pyproject.toml), so vLLM
 loads it in every process it starts, the engine core included.
 """
@@ -44,6 +48,35 @@ def register() -> None:
 
     backend_xgrammar.XgrammarBackend.compile_grammar = compile_grammar
     backend_xgrammar.validate_xgrammar_grammar = validate
+    _install_cpu_bitmask()
+
+
+def _install_cpu_bitmask() -> None:
+    """Wrap ``apply_grammar_bitmask`` where the model runner looks it up (its module, and the
+    runner's globals if that module is already imported; otherwise its import picks ours up)."""
+    import sys
+
+    from vllm.v1.structured_output import utils
+
+    original = utils.apply_grammar_bitmask
+
+    def apply_grammar_bitmask(scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: Any) -> None:
+        from grammar import mask_apply
+
+        if scheduler_output.scheduled_spec_decode_tokens or not mask_apply.supports(logits):
+            return original(scheduler_output, grammar_output, input_batch, logits)
+        batch_row = {req_id: row for row, req_id in enumerate(input_batch.req_ids)}
+        pairs = [
+            (mask_row, batch_row[req_id])
+            for mask_row, req_id in enumerate(grammar_output.structured_output_request_ids)
+            if req_id in batch_row
+        ]
+        mask_apply.apply_rows(logits, grammar_output.grammar_bitmask, pairs)
+
+    utils.apply_grammar_bitmask = apply_grammar_bitmask
+    runner = sys.modules.get("vllm.v1.worker.gpu_model_runner")
+    if runner is not None:
+        runner.apply_grammar_bitmask = apply_grammar_bitmask
 
 
 def _compile_llguidance(backend: Any, serialized: str) -> Any:
