@@ -16,6 +16,8 @@ loads it in every process it starts, the engine core included.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from grammar.backends.base import LLGUIDANCE_MARKER
@@ -79,17 +81,31 @@ def _install_cpu_bitmask() -> None:
         runner.apply_grammar_bitmask = apply_grammar_bitmask
 
 
+#: Parsed llguidance grammars kept per engine: a repeated shape (the common case: one schema per
+#: application) is copied from its prototype instead of parsed again for every request.
+PROTOTYPE_CACHE_SIZE = 256
+
+
 def _compile_llguidance(backend: Any, serialized: str) -> Any:
     import llguidance
     from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
 
-    ll_tokenizer = getattr(backend, "_tokenmold_ll_tokenizer", None)
-    if ll_tokenizer is None:
+    state = getattr(backend, "_tokenmold_llguidance", None)
+    if state is None:
         ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
-        backend._tokenmold_ll_tokenizer = ll_tokenizer
-    grammar = GuidanceGrammar(
-        ll_matcher=llguidance.LLMatcher(ll_tokenizer, serialized), ll_tokenizer=ll_tokenizer,
-        vocab_size=backend.vocab_size,
-    )
+        state = backend._tokenmold_llguidance = (ll_tokenizer, OrderedDict(), threading.Lock())
+    ll_tokenizer, prototypes, lock = state
+    with lock:
+        prototype = prototypes.get(serialized)
+        if prototype is not None:
+            prototypes.move_to_end(serialized)
+    if prototype is None:
+        prototype = llguidance.LLMatcher(ll_tokenizer, serialized)
+        if not prototype.is_error():  # an error is reported below, and not kept
+            with lock:
+                prototypes[serialized] = prototype
+                if len(prototypes) > PROTOTYPE_CACHE_SIZE:
+                    prototypes.popitem(last=False)
+    grammar = GuidanceGrammar(ll_matcher=prototype.deep_copy(), ll_tokenizer=ll_tokenizer, vocab_size=backend.vocab_size)
     grammar.check_error()
     return grammar
