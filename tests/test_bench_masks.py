@@ -23,7 +23,9 @@ MASK_FIELDS = COMPILE_FIELDS | {
     "valid_tests", "valid_rejected", "valid_rejected_order", "valid_rejected_final", "invalid_tests", "invalid_accepted_by_mask",
     "invalid_accepted_final", "mismatches", "tbm_us", "by_source", "examples",
 }
-WALK_FIELDS = COMPILE_FIELDS | {"walks", "completed", "capped", "dead_ends", "mismatches", "schema_invalid", "examples"}
+WALK_FIELDS = COMPILE_FIELDS | {
+    "walks", "completed", "capped", "dead_ends", "mismatches", "schema_invalid", "schema_invalid_by_keyword", "examples",
+}
 PERCENTILES = {"p50", "p90", "p99", "max"}
 
 
@@ -70,6 +72,7 @@ def test_walk_report(paths, tmp_path):
             assert stats["walks"] == walks * stats["compiled"]
         assert stats["completed"] + stats["capped"] + stats["dead_ends"] + stats["mismatches"] == stats["walks"]
         assert stats["schema_invalid"] <= stats["completed"]
+        assert sum(stats["schema_invalid_by_keyword"].values()) == stats["schema_invalid"]
         assert len(stats["examples"].get("schema_invalid", [])) <= 20
 
 

@@ -53,6 +53,9 @@ class WalkResult:
     error: str | None = None
     #: The validator raised instead of judging (the schema is beyond it); the walk is not judged.
     validator_error: str | None = None
+    #: For a schema-invalid walk: the keyword of the validation layer's first objection (``json``
+    #: for text that is not strict JSON, e.g. a number beyond a double).
+    keyword: str | None = None
 
 
 def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, seed: int) -> Iterator[Any]:
@@ -118,8 +121,10 @@ def _judged(schema: dict[str, Any] | bool, tokens: int, text: str) -> WalkResult
         errors = check_json(text, schema)[1]
     except Exception as exc:  # the validator cannot handle this schema
         return WalkResult("completed", tokens, text, validator_error=f"{type(exc).__name__}: {exc}"[:300])
-    error = f"{errors[0].path or '/'}: {errors[0].message}"[:300] if errors else None
-    return WalkResult("completed", tokens, text, error)
+    if not errors:
+        return WalkResult("completed", tokens, text)
+    error = f"{errors[0].path or '/'}: {errors[0].message}"[:300]
+    return WalkResult("completed", tokens, text, error, keyword=errors[0].keyword)
 
 
 @dataclass
@@ -127,6 +132,7 @@ class WalkStats:
     compile: CompileStats = field(default_factory=CompileStats)
     outcomes: Counter[str] = field(default_factory=Counter)
     schema_invalid: int = 0
+    invalid_by_keyword: Counter[str] = field(default_factory=Counter)
     validator_errors: int = 0
     examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
@@ -140,6 +146,7 @@ class WalkStats:
                 self.validator_errors += 1
                 self._example("validator_error", {"file": name, "text": walk.text[:500], "error": walk.validator_error})
             elif walk.outcome == "completed" and walk.error is not None:
+                self.invalid_by_keyword[walk.keyword or "?"] += 1
                 self.schema_invalid += 1
                 self._example("schema_invalid", {"file": name, "text": walk.text[:500], "error": walk.error})
             elif walk.outcome in ("dead_end", "mismatch"):
@@ -159,6 +166,7 @@ class WalkStats:
             "dead_ends": self.outcomes["dead_end"],
             "mismatches": self.outcomes["mismatch"],
             "schema_invalid": self.schema_invalid,
+            "schema_invalid_by_keyword": dict(self.invalid_by_keyword.most_common()),
             "validator_errors": self.validator_errors,
             "examples": self.examples,
         }
