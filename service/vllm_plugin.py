@@ -6,7 +6,8 @@ with ``LLGUIDANCE_MARKER`` carries a serialized llguidance grammar and is compil
 into the same int32 bitmask layout; everything else goes to xgrammar unchanged. Both are applied
 by vLLM in the model runner before any other logits processor.
 
-It also replaces how the model runner applies a bitmask to 16-bit logits on the CPU
+It also keeps a seeded request from killing the engine on the CPU (``_install_cpu_generator_offsets``)
+and replaces how the model runner applies a bitmask to 16-bit logits on the CPU
 (``grammar.mask_apply``: one pass over the logits as int16 instead of a float32 round trip); GPU
 logits, float32 logits and speculative decoding keep vLLM's own path.
 
@@ -51,6 +52,32 @@ def register() -> None:
     backend_xgrammar.XgrammarBackend.compile_grammar = compile_grammar
     backend_xgrammar.validate_xgrammar_grammar = validate
     _install_cpu_bitmask()
+    _install_cpu_generator_offsets()
+
+
+def _install_cpu_generator_offsets() -> None:
+    """vLLM rewinds a seeded request's generator (``set_offset``) when it discards the token sampled
+    for a chunked prefill; torch's CPU generators have no offset and raise, which kills the engine
+    and every request on it (found by ``bench load``: 64 clients, some sending ``seed``). On the
+    CPU the rewind becomes a no-op: such a request draws one extra random number per discarded
+    step, so its output still follows its seed and the grammar, but may differ from a run where its
+    prefill was not chunked. CUDA generators keep torch's own offsets."""
+    import torch
+
+    base = torch.Generator
+    if getattr(base, "tokenmold_offsets", False):
+        return
+
+    class Generator(base):  # type: ignore[misc, valid-type]
+        tokenmold_offsets = True
+
+        def get_offset(self) -> int:
+            return 0 if self.device.type == "cpu" else super().get_offset()
+
+        def set_offset(self, offset: int) -> Any:
+            return self if self.device.type == "cpu" else super().set_offset(offset)
+
+    torch.Generator = Generator  # type: ignore[misc]
 
 
 def _install_cpu_bitmask() -> None:

@@ -61,8 +61,8 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
     the figures are not asserted on, only that every one is measured; equal token counts on every
     side are enforced by the bench itself (it fails otherwise)."""
     out = tmp_path / "e2e.json"
-    proc = _run("bench", "e2e", "--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--json", str(out),
-                timeout=900)
+    proc = _run("bench", "e2e", "--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--repeats", "1",
+                "--json", str(out), timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     for batch in ("1", "2"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pydantic import BaseModel, field_validator
 
@@ -67,6 +69,23 @@ def test_invalid_outputs_name_keyword_and_pointer(compiler, text, keyword, path)
     verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), text)
     assert verdict.status is VerdictStatus.INVALID and verdict.value is None
     assert (verdict.errors[0].keyword, verdict.errors[0].path) == (keyword, path)
+
+
+@pytest.mark.parametrize(
+    "fmt, bad, good",
+    [
+        ("date-time", "January 1, 2022", "2022-01-01T14:00:00Z"),
+        ("uri", "not a uri", "https://example.com/a?b=c"),
+        ("date", "2022-13-45", "2022-01-31"),
+        ("uuid", "1234", "123e4567-e89b-12d3-a456-426614174000"),
+    ],
+)
+def test_formats_are_checked(fmt: str, bad: str, good: str) -> None:
+    # MaskBench found a date-time "January 1, 2022" accepted: jsonschema skips a format whose
+    # checker package is missing (date-time, uri...), so the format-nongpl extra is a dependency.
+    schema = {"type": "string", "format": fmt}
+    assert [e.keyword for e in check_json(json.dumps(bad), schema)[1]] == ["format"]
+    assert check_json(json.dumps(good), schema)[1] == []
 
 
 def test_numbers_within_a_double_are_judged_by_the_schema() -> None:

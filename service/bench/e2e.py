@@ -5,8 +5,9 @@ constrained with a schema that cannot be complete before the limit (an array wit
 count far beyond it), so tokens/s compare like with like. Per batch size it reports tokens/s
 unconstrained, through tokenmold (the normalized schema compiled by the backend ``auto`` picks,
 applied first by vLLM), and through vLLM's built-in JSON path (the schema handed to vLLM as is),
-plus time to first token with a cold and a warm grammar cache. Then the in-process engine stops and
-the same constrained workload goes through ``tokenmold serve`` on loopback (B concurrent
+plus time to first token with a cold and a warm grammar cache; each figure is the median of
+``--repeats`` runs, the modes interleaved. Then the in-process engine stops and the same
+constrained workload goes through ``tokenmold serve`` on loopback (B concurrent
 ``/v1/chat/completions`` requests): the service's overhead is what HTTP, validation and
 serialization cost on top of in-process generation.
 """
@@ -17,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import statistics
 import time
 import uuid
 from dataclasses import dataclass
@@ -39,6 +41,10 @@ LONG_SCHEMA: dict[str, Any] = {
     },
     "minItems": 5000,
 }
+
+
+#: In-process modes, run in this order within each repeat.
+MODES = ("unconstrained", "tokenmold", "vllm-json")
 
 
 @dataclass
@@ -126,10 +132,13 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         await _run_batch(runtime, 2, 8, "vllm-json")
         report: dict[str, Any] = {}
         for batch in args.batch:
-            row: dict[str, Any] = {}
-            for mode in ("unconstrained", "tokenmold", "vllm-json"):
-                result = await _run_batch(runtime, batch, args.max_tokens, mode)
-                row[f"{mode.replace('-', '_')}_tok_s"] = round(result.tok_s, 1)
+            # Modes interleaved, each run --repeats times, the median kept: a slow moment of the
+            # machine then lands on every mode alike instead of on one.
+            runs: dict[str, list[float]] = {mode: [] for mode in MODES}
+            for _ in range(args.repeats):
+                for mode in MODES:
+                    runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
+            row = {f"{mode.replace('-', '_')}_tok_s": round(statistics.median(runs[mode]), 1) for mode in MODES}
             report[str(batch)] = {
                 "unconstrained_tok_s": row["unconstrained_tok_s"],
                 "constrained_tok_s": row["tokenmold_tok_s"],
@@ -140,6 +149,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
         report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
         report["max_tokens"] = args.max_tokens
+        report["repeats"] = args.repeats
     finally:
         runtime.shutdown()
     if not args.no_http:
@@ -178,12 +188,15 @@ async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
             await asyncio.gather(*(one(p, 8) for p in _prompts(2)))  # warm-up, as in-process
             figures = {}
             for batch in args.batch:
-                started = time.perf_counter()
-                counts = await asyncio.gather(*(one(p, args.max_tokens) for p in _prompts(batch)))
-                seconds = time.perf_counter() - started
-                if any(n != args.max_tokens for n in counts):
-                    raise RuntimeError(f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair")
-                figures[batch] = sum(counts) / seconds
+                runs = []
+                for _ in range(args.repeats):
+                    started = time.perf_counter()
+                    counts = await asyncio.gather(*(one(p, args.max_tokens) for p in _prompts(batch)))
+                    seconds = time.perf_counter() - started
+                    if any(n != args.max_tokens for n in counts):
+                        raise RuntimeError(f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair")
+                    runs.append(sum(counts) / seconds)
+                figures[batch] = statistics.median(runs)
     return figures
 
 
@@ -191,6 +204,7 @@ def run_e2e(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tokenmold bench e2e", description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", default="1,16,64", type=lambda s: [int(x) for x in s.split(",")])
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=3, help="runs per batch size and mode (median kept)")
     parser.add_argument("--ttft-repeats", type=int, default=5)
     parser.add_argument("--model", default=None)
     parser.add_argument("--no-http", action="store_true", help="skip the run through tokenmold serve")
