@@ -99,11 +99,17 @@ def test_sample_covers_every_source_proportionally(tmp_path):
     assert len(sample(files, 2, seed=1)) == len(sizes)  # at least one per source
 
 
-def test_step_past_the_timeout_is_counted(paths, tmp_path):
+def test_step_past_the_timeout_is_counted(tmp_path):
+    # A long bounded string costs xgrammar seconds of precompute (3 s measured): far past 0.2 s,
+    # whatever the machine (a tiny schema could compile within the poll's 1 ms granularity).
+    slow = tmp_path / "Handwritten---slow.json"
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 3000}}, "required": ["a"]}
+    slow.write_text(json.dumps({"description": "slow", "meta": {}, "schema": schema, "tests": []}))
     out = tmp_path / "masks.json"
-    assert run_masks([paths[-1], "--engines", "xgrammar", "--timeout", "1e-6", "--json", str(out)]) == 0
+    assert run_masks([str(slow), "--engines", "xgrammar", "--timeout", "0.2", "--json", str(out)]) == 0
     stats = json.loads(out.read_text())["engines"]["xgrammar"]
     assert (stats["schemas"], stats["timeouts"], stats["compiled"], stats["aborted"]) == (1, 1, 0, None)
+    assert stats["timeout_examples"] == [slow.name]
 
 
 def test_engine_that_cannot_start_is_reported_not_fatal(paths, tmp_path):
