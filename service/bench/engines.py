@@ -1,7 +1,8 @@
 """The engines a benchmark compares: tokenmold's own path and the raw engines as their users get them.
 
-``tokenmold`` is the product: ``ShapeCompiler`` (normalize + xgrammar, non-strict, bounded
-whitespace) followed by the validation layer. The raw engines are called with their own defaults,
+``tokenmold`` is the product: ``ShapeCompiler`` (normalize, then the ``auto`` backend: llguidance
+for JSON Schemas, xgrammar where llguidance refuses; schema as written, compact layout) followed by
+the validation layer. The raw engines are called with their own defaults,
 the way vLLM calls them: xgrammar ``compile_json_schema`` (strict mode, any whitespace) and its
 non-strict variant, llguidance ``grammar_from_json_schema`` without options, outlines-core
 ``build_regex_from_schema`` without options. Each adapter reuses the matcher classes of
