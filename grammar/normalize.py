@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote, urldefrag, urljoin
@@ -746,32 +746,24 @@ class _Normalizer:
         every cycle passes through a ``$ref`` target, so starting from the root and each target
         finds them all.
         """
-        color: dict[str, int] = {}  # 1: on the current path, 2: done
-        starts = [(self.root, "")] + [self._located(ref, at) for ref, at in self.checker.refs if ref.startswith("#")]
-        for start, start_pointer in starts:
-            if start_pointer in color:
-                continue
-            color[start_pointer] = 1
-            path = [start_pointer]
-            stack = [self._in_place_children(start, start_pointer)]
-            while stack:
-                child = next(stack[-1], None)
-                if child is None:
-                    color[path.pop()] = 2
-                    stack.pop()
-                    continue
-                schema, pointer = child
-                if color.get(pointer) == 1:
-                    loop = " -> ".join(p or "/" for p in (*path[path.index(pointer) :], pointer))
-                    raise SchemaError(
-                        f"$ref loop that never descends into the instance: {loop}",
-                        pointer=f"{path[-1]}/$ref",
-                        keyword="$ref",
-                    )
-                if pointer not in color:
-                    color[pointer] = 1
-                    path.append(pointer)
-                    stack.append(self._in_place_children(schema, pointer))
+        schemas: dict[str, Any] = {"": self.root}
+        for ref, at in self.checker.refs:
+            if ref.startswith("#"):
+                target, target_pointer = self._located(ref, at)
+                schemas[target_pointer] = target
+
+        def successors(pointer: str) -> Iterator[str]:
+            for child, child_pointer in self._in_place_children(schemas[pointer], pointer):
+                schemas[child_pointer] = child
+                yield child_pointer
+
+        cycle = _find_cycle(list(schemas), successors)
+        if cycle is not None:
+            raise SchemaError(
+                f"$ref loop that never descends into the instance: {' -> '.join(p or '/' for p in cycle)}",
+                pointer=f"{cycle[-2]}/$ref",
+                keyword="$ref",
+            )
 
     def _in_place_children(self, schema: Any, pointer: str) -> Iterator[tuple[Any, str]]:
         """The subschemas applied to the same instance location as ``schema``."""
@@ -904,27 +896,34 @@ def _unguarded_refs(body: Any) -> list[str]:
 
 
 def _check_ref_loops(bodies: dict[str, dict[str, Any]], pointers: dict[str, str]) -> None:
-    """A cycle of references with no structure in between never terminates: refuse it (iteratively)."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    for start in bodies:
-        if start in state:
+    """A cycle of references with no structure in between never terminates: refuse it."""
+    cycle = _find_cycle(list(bodies), lambda name: _unguarded_refs(bodies[name]))
+    if cycle is not None:
+        loop = " -> ".join(pointers[name] or "/" for name in cycle)
+        raise SchemaError(f"$ref loop with no structure in between: {loop}", pointer=pointers[cycle[-1]], keyword="$ref")
+
+
+def _find_cycle(starts: list[str], successors: Callable[[str], Iterable[str]]) -> list[str] | None:
+    """The first cycle reachable from ``starts``, as the path from the repeated node back to
+    itself, or ``None``. Depth-first and iterative: a schema may chain thousands of references."""
+    color: dict[str, int] = {}  # 1: on the current path, 2: done
+    for start in starts:
+        if start in color:
             continue
-        path, stack = [start], [iter(_unguarded_refs(bodies[start]))]
-        state[start] = 1
+        color[start] = 1
+        path, stack = [start], [iter(successors(start))]
         while stack:
             nxt = next(stack[-1], None)
             if nxt is None:
-                state[path.pop()] = 2
+                color[path.pop()] = 2
                 stack.pop()
-            elif state.get(nxt) == 1:
-                loop = " -> ".join(pointers[name] or "/" for name in [*path[path.index(nxt) :], nxt])
-                raise SchemaError(
-                    f"$ref loop with no structure in between: {loop}", pointer=pointers[nxt], keyword="$ref"
-                )
-            elif nxt not in state:
-                state[nxt] = 1
+            elif color.get(nxt) == 1:
+                return [*path[path.index(nxt) :], nxt]
+            elif nxt not in color:
+                color[nxt] = 1
                 path.append(nxt)
-                stack.append(iter(_unguarded_refs(bodies[nxt])))
+                stack.append(iter(successors(nxt)))
+    return None
 
 
 def _finite(body: Any, alive: set[str]) -> bool:
