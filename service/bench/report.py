@@ -83,6 +83,14 @@ class CompileStats:
             self.slowest = {"file": name, "ttfm_ms": round(result.ttfm_ms, 1)}
         return True
 
+    def compiles_cell(self) -> str:
+        """The table's "compiles" column: share and count."""
+        return f"{ratio(self.compiled, self.schemas)} ({self.compiled}/{self.schemas})"
+
+    @property
+    def all_timeouts(self) -> int:
+        return self.timeouts + self.step_timeouts
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "schemas": self.schemas,

@@ -180,14 +180,14 @@ def render(stats: dict[str, WalkStats]) -> str:
         walks, completed = sum(s.outcomes.values()), s.outcomes["completed"]
         rows.append([
             engine,
-            f"{ratio(s.compile.compiled, s.compile.schemas)} ({s.compile.compiled}/{s.compile.schemas})",
+            s.compile.compiles_cell(),
             str(walks),
             f"{completed} ({ratio(completed, walks)})",
             str(s.outcomes["capped"]),
             str(s.outcomes["dead_end"]),
             str(s.outcomes["mismatch"]),
             f"{s.schema_invalid} ({ratio(s.schema_invalid, completed)} of completed)",
-            str(s.compile.timeouts + s.compile.step_timeouts),
+            str(s.compile.all_timeouts),
         ])
     return table(headers, rows)
 
