@@ -900,7 +900,9 @@ def _check_ref_loops(bodies: dict[str, dict[str, Any]], pointers: dict[str, str]
     cycle = _find_cycle(list(bodies), lambda name: _unguarded_refs(bodies[name]))
     if cycle is not None:
         loop = " -> ".join(pointers[name] or "/" for name in cycle)
-        raise SchemaError(f"$ref loop with no structure in between: {loop}", pointer=pointers[cycle[-1]], keyword="$ref")
+        raise SchemaError(
+            f"$ref loop with no structure in between: {loop}", pointer=pointers[cycle[-1]], keyword="$ref"
+        )
 
 
 def _find_cycle(starts: list[str], successors: Callable[[str], Iterable[str]]) -> list[str] | None:

@@ -42,32 +42,25 @@ def to_sampling_params(
     if engine_spec is not None:
         structured = StructuredOutputsParams(**{engine_spec.kind: engine_spec.text})
     with engine_validation():
-        return _sampling_params(options, structured, stop_token_ids, room, stream)
-
-
-def _sampling_params(
-    options: SamplingOptions, structured: StructuredOutputsParams | None, stop_token_ids: list[int], room: int,
-    stream: bool,
-) -> SamplingParams:
-    return SamplingParams(
-        n=options.n,
-        max_tokens=min(options.max_tokens or room, room),
-        min_tokens=options.min_tokens,
-        temperature=options.temperature,
-        top_p=options.top_p,
-        top_k=options.top_k if options.top_k > 0 else -1,
-        min_p=options.min_p,
-        seed=options.seed,
-        stop=list(options.stop) or None,
-        # ignore_eos ignores every end-of-sequence id, not only the tokenizer's (benchmarks force lengths).
-        stop_token_ids=sorted((set() if options.ignore_eos else set(stop_token_ids)) | set(options.stop_token_ids)),
-        logit_bias=dict(options.logit_bias) or None,
-        presence_penalty=options.presence_penalty,
-        frequency_penalty=options.frequency_penalty,
-        repetition_penalty=options.repetition_penalty,
-        logprobs=options.logprobs,
-        ignore_eos=options.ignore_eos,
-        structured_outputs=structured,
-        output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
-        skip_special_tokens=True,
-    )
+        return SamplingParams(
+            n=options.n,
+            max_tokens=min(options.max_tokens or room, room),
+            min_tokens=options.min_tokens,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            top_k=options.top_k if options.top_k > 0 else -1,
+            min_p=options.min_p,
+            seed=options.seed,
+            stop=list(options.stop) or None,
+            # ignore_eos ignores every end-of-sequence id, not only the tokenizer's (benchmarks force lengths).
+            stop_token_ids=sorted((set() if options.ignore_eos else set(stop_token_ids)) | set(options.stop_token_ids)),
+            logit_bias=dict(options.logit_bias) or None,
+            presence_penalty=options.presence_penalty,
+            frequency_penalty=options.frequency_penalty,
+            repetition_penalty=options.repetition_penalty,
+            logprobs=options.logprobs,
+            ignore_eos=options.ignore_eos,
+            structured_outputs=structured,
+            output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
+            skip_special_tokens=True,
+        )

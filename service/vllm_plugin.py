@@ -87,11 +87,11 @@ def _install_cpu_bitmask() -> None:
 
     from vllm.v1.structured_output import utils
 
+    from grammar import mask_apply
+
     original = utils.apply_grammar_bitmask
 
     def apply_grammar_bitmask(scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: Any) -> None:
-        from grammar import mask_apply
-
         if scheduler_output.scheduled_spec_decode_tokens or not mask_apply.supports(logits):
             return original(scheduler_output, grammar_output, input_batch, logits)
         batch_row = {req_id: row for row, req_id in enumerate(input_batch.req_ids)}
