@@ -28,7 +28,7 @@ from grammar.vocabulary import Vocabulary
 from grammar.worker import CompileTask, WorkerPool, compile_task
 
 #: Bump when the normalizer or grammar generation changes what a key compiles to.
-COMPILER_VERSION = "2"
+COMPILER_VERSION = "3"
 
 
 @dataclass(frozen=True)

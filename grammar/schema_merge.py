@@ -684,18 +684,23 @@ class Merge:
         return upper is None or not (value > upper.value or (value == upper.value and upper.exclusive))
 
     def _integral_multiples(self, atoms: frozenset[str]) -> frozenset[str]:
-        """A multiple of an integer is an integer: integral ``multipleOf`` narrows number to integer."""
+        """Integral ``multipleOf`` on integers becomes the grammar's step.
+
+        On a ``number`` it stays validated only: a whole multiple may be written with a fraction
+        (``6000.0`` is a multiple of 1), which an integer grammar would refuse.
+        """
         integral = []
         for value, pointer in self.multiple_of:
-            if float(value).is_integer():
-                integral.append(int(value))
-            else:
+            if not float(value).is_integer():
                 self.ctx.note(pointer, "multipleOf", f"a fractional multipleOf is {_VALIDATION}")
-        if not integral:
-            return atoms
-        self.ctx.enforce("multipleOf")
-        self.step = math.lcm(*integral)
-        return atoms - {"fraction"} if atoms & _NUMERIC else atoms
+            elif "fraction" in atoms:
+                self.ctx.note(pointer, "multipleOf", f"multipleOf on a number (6000.0 is whole) is {_VALIDATION}")
+            else:
+                integral.append(int(value))
+        if integral:
+            self.ctx.enforce("multipleOf")
+            self.step = math.lcm(*integral)
+        return atoms
 
     def _emit_object(self, child: Child, strict: bool) -> dict[str, Any]:
         additional: dict[str, Any] | bool | None = None
@@ -813,9 +818,12 @@ class Merge:
                 if bound is not None:
                     out[exclusive if bound.exclusive else plain] = bound.value
         if self.step > 1:
+            pointer = next(p for value, p in self.multiple_of if float(value).is_integer())
+            if out.get("minimum", -1) < 0:  # measured: llguidance's multiples are never negative
+                self.ctx.note(pointer, "multipleOf", f"multipleOf where negative values are allowed is {_VALIDATION}")
+                return out
             out["multipleOf"] = self.step
             if lower is not None or upper is not None:  # measured: xgrammar then often drops it
-                pointer = next(p for value, p in self.multiple_of if float(value).is_integer())
                 self.ctx.note(pointer, "multipleOf", f"multipleOf next to minimum/maximum is {_VALIDATION}")
         return out
 

@@ -51,6 +51,24 @@ def test_schema_as_written_allows_unlisted_properties_strict_does_not(inline, vo
     assert not _walk(strict, vocab, text)
 
 
+@pytest.mark.parametrize(
+    ("schema", "text"),
+    [
+        ({"type": "integer", "minimum": -2032, "maximum": 2031, "multipleOf": 16}, "-64"),
+        ({"type": "number", "minimum": 0, "maximum": 99999999, "multipleOf": 1}, "6000.0"),
+    ],
+)
+def test_valid_multiples_pass_the_mask(inline, vocab, schema, text) -> None:
+    """Two MaskBench valid instances the mask used to refuse (llguidance has no negative multiples;
+    a number narrowed to integer refused a written fraction)."""
+    assert _walk(inline.compile(Shape.from_json_schema(schema)), vocab, text)
+
+
+def test_multiple_of_on_non_negative_integers_is_enforced(inline, vocab) -> None:
+    compiled = inline.compile(Shape.from_json_schema({"type": "integer", "minimum": 0, "multipleOf": 3}))
+    assert [_walk(compiled, vocab, text) for text in ("0", "3", "36", "4", "-3")] == [True] * 3 + [False] * 2
+
+
 def test_auto_picks_llguidance_for_json_and_xgrammar_for_the_rest(inline) -> None:
     assert inline.compile(Shape.from_json_schema(PERSON)).engine_spec.backend == "llguidance"
     assert inline.compile(Shape.from_json_schema(PERSON), CompileOptions(strict=True)).engine_spec.backend == "llguidance"

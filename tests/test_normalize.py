@@ -558,10 +558,28 @@ def test_unused_dangling_local_ref_is_a_schema_error() -> None:
     )
 
 
-def test_integer_multiple_of_is_enforced(compiler: xgr.GrammarCompiler) -> None:
-    schema = {"type": "number", "multipleOf": 3}
-    assert normalize_schema(schema).schema == {"type": "integer", "multipleOf": 3}
-    check_grammar(compiler, schema, valid=[3, 0, -6], invalid=[4, 1.5])
+def test_integer_multiple_of_is_kept_on_non_negative_integers() -> None:
+    # Enforced by llguidance (tests/test_compiler.py); xgrammar ignores it next to a bound.
+    schema = {"type": "integer", "exclusiveMinimum": -1, "multipleOf": 3}
+    assert normalize_schema(schema).schema == {"type": "integer", "minimum": 0, "multipleOf": 3}
+
+
+@pytest.mark.parametrize(
+    ("schema", "emitted"),
+    [
+        # 6000.0 is a multiple of 1: an integer grammar would refuse a valid number.
+        ({"type": "number", "multipleOf": 1, "minimum": 0}, {"type": "number", "minimum": 0}),
+        ({"type": "number", "multipleOf": 3}, {"type": "number"}),
+        # llguidance's multiples are never negative: -64 would be refused (MaskBench minecraft).
+        ({"type": "integer", "minimum": -2032, "multipleOf": 16}, {"type": "integer", "minimum": -2032}),
+        ({"type": "integer", "multipleOf": 16}, {"type": "integer"}),
+    ],
+)
+def test_multiple_of_that_would_refuse_valid_numbers_is_validated_only(
+    schema: dict[str, Any], emitted: dict[str, Any]
+) -> None:
+    assert normalize_schema(schema).schema == emitted
+    assert notes(schema) == {("/multipleOf", "multipleOf")}
 
 
 def test_pattern_properties_widen_additional_properties(compiler: xgr.GrammarCompiler) -> None:
