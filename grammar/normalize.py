@@ -513,18 +513,23 @@ class _Normalizer:
                 keyword="max_depth",
             )
         merge = Merge(self, conjuncts[0][1] if conjuncts else settled[0][1] if settled else "")
-        for schema, pointer, chain in settled:
-            merge.add(schema, pointer, chain, alternatives=False)
-        flat: list[Conj] = []
         inlined = {pointer for _, pointer, _ in settled}
-        for schema, pointer, chain in conjuncts:
-            self._flatten(schema, pointer, chain, flat, inlined)
-        if len(flat) > 1 or settled:
-            flat = _distinct(flat, seen={_identity(conj) for conj in settled})
-        for schema, pointer, chain in flat:
-            merge.add(schema, pointer, chain)
+        seen = {_identity(conj) for conj in settled}
+        laid_out: list[Conj] = []
+        for conj, is_settled in _layout(settled, conjuncts):
+            if is_settled:
+                merge.add(*conj, alternatives=False)
+                laid_out.append(conj)
+                continue
+            flat: list[Conj] = []
+            self._flatten(*conj, flat, inlined)
+            if len(flat) > 1 or settled or len(conjuncts) > 1:
+                flat = _distinct(flat, seen)
+            for schema, pointer, chain in flat:
+                merge.add(schema, pointer, chain)
+            laid_out += flat
         if merge.groups:
-            return self._distribute([*settled, *flat], merge, depth, copies)
+            return self._distribute(laid_out, merge, depth, copies)
         out = merge.emit(lambda sub: self._child(sub, depth + 1, copies), strict=self.strict)
         if "properties" in out:
             self._count_emitted(len(out["properties"]), merge.pointer)
@@ -870,6 +875,29 @@ def _def_name(key: str, taken: set[str]) -> str:
 def _identity(conj: Conj) -> tuple[str, bool]:
     """What a conjunct is: the schema at its pointer (or the widened additionalProperties there)."""
     return conj[1], isinstance(conj[0], Union)
+
+
+def _layout(settled: Sequence[Conj], branches: list[Conj]) -> Iterator[tuple[Conj, bool]]:
+    """``settled`` in order, each followed by the branches chosen from its own ``anyOf``/``oneOf``
+    (the rest last), so that merged properties keep the order the schema is read in:
+    ``allOf: [{oneOf: [{properties: {from}}, ...]}, {properties: {to}}]`` lays out ``from`` first."""
+    placed: dict[int, list[Conj]] = {}
+    for branch in branches:
+        holder, _, key = branch[1].rpartition("/")[0].rpartition("/")
+        at = next(
+            (
+                index
+                for index, (schema, pointer, _) in enumerate(settled)
+                if pointer == holder and isinstance(schema, dict) and key in ("anyOf", "oneOf") and key in schema
+            ),
+            len(settled),
+        )
+        placed.setdefault(at, []).append(branch)
+    for index in range(len(settled) + 1):
+        if index < len(settled):
+            yield settled[index], True
+        for branch in placed.get(index, ()):
+            yield branch, False
 
 
 def _distinct(conjuncts: list[Conj], seen: set[tuple[str, bool]]) -> list[Conj]:

@@ -121,6 +121,41 @@ def test_all_of_merges_properties_recursively(compiler: xgr.GrammarCompiler) -> 
     check_grammar(compiler, schema, valid=[{"p": {"x": 1, "y": True}}], invalid=[{"p": {"x": 1}}, {"p": {"y": True}}])
 
 
+@pytest.mark.parametrize(
+    ("schema", "layouts"),
+    [
+        (  # MaskBench Github_easy---o89710: the oneOf comes first in allOf, so do its properties
+            {
+                "type": "object",
+                "allOf": [
+                    {"oneOf": [{"properties": {"from": {"type": "string"}}}, {"properties": {"from": {}, "sender": {}}}]},
+                    {"properties": {"to": {"type": "string"}}},
+                ],
+            },
+            [["from", "to"], ["from", "sender", "to"]],
+        ),
+        (  # MaskBench Github_hard---o64963: an inherited oneOf sits between its own and the child's properties
+            {
+                "allOf": [
+                    {
+                        "type": "object",
+                        "properties": {"name": {}},
+                        "oneOf": [{"properties": {"type": {}}}, {"properties": {"custom": {}}}],
+                    },
+                    {"properties": {"generated": {"type": "boolean"}}},
+                ]
+            },
+            [["name", "type", "generated"], ["name", "custom", "generated"]],
+        ),
+    ],
+)
+def test_distributed_branches_keep_the_order_the_schema_is_read_in(
+    schema: dict[str, Any], layouts: list[list[str]]
+) -> None:
+    branches = normalize_schema(schema).schema["anyOf"]
+    assert [list(branch["properties"]) for branch in branches] == layouts
+
+
 def test_all_of_tightens_bounds_and_intersects_types_and_enums() -> None:
     schema = {
         "allOf": [
