@@ -147,6 +147,34 @@ def test_vllm_plugin_parses_a_repeated_llguidance_grammar_once(vocab):
     assert len(engine_backend._tokenmold_llguidance[1]) == 1  # errors are not kept
 
 
+def test_vllm_plugin_gives_a_parsed_grammar_without_the_compile_thread(vocab):
+    """A request whose grammar is parsed already gets its copy inline (vLLM's compile thread costs
+    milliseconds of time to first token); any other grammar still goes to that thread."""
+    from types import SimpleNamespace
+
+    from service.vllm_plugin import _compile_llguidance, _init_from_prototype
+
+    serialized = get_backend("llguidance")(vocab).compile_choice(("yes", "no")).engine_spec.text
+    engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
+    manager = SimpleNamespace(
+        backend=engine_backend,
+        _create_grammar=lambda request: _compile_llguidance(engine_backend, request.spec[len(LLGUIDANCE_MARKER):]),
+    )
+
+    def request(spec: str, kind: str = "grammar") -> SimpleNamespace:
+        structured = SimpleNamespace(structured_output_key=(kind, spec), grammar=None)
+        return SimpleNamespace(spec=spec, structured_output_request=structured)
+
+    first = request(serialized)
+    assert not _init_from_prototype(manager, first, "grammar")  # nothing parsed yet: the thread
+    _compile_llguidance(engine_backend, serialized[len(LLGUIDANCE_MARKER):])  # what the thread does
+    again = request(serialized)
+    assert _init_from_prototype(manager, again, "grammar")
+    assert again.structured_output_request.grammar.accept_tokens("r", vocab.encode("no"))
+    assert not _init_from_prototype(manager, request('root ::= "x"'), "grammar")  # xgrammar's
+    assert not _init_from_prototype(manager, request(serialized, "json"), "grammar")
+
+
 def test_bad_schema_is_a_typed_error(backend):
     with pytest.raises(ShapeError) as info:
         backend.compile_json_schema({"type": "no-such-type"}, JsonOptions())
