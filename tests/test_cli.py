@@ -67,9 +67,11 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
     report = json.loads(out.read_text())
     for batch in ("1", "2"):
         row = report[batch]
-        for key in ("unconstrained_tok_s", "constrained_tok_s", "vllm_builtin_tok_s", "http_constrained_tok_s"):
+        for key in ("unconstrained_tok_s", "constrained_tok_s", "unbounded_tok_s", "vllm_builtin_tok_s",
+                    "http_constrained_tok_s"):
             assert row[key] > 0, (batch, key, row)
         assert row["ratio"] == round(row["constrained_tok_s"] / row["unconstrained_tok_s"], 3)
+        assert row["unbounded_ratio"] == round(row["unbounded_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
     assert "http" in proc.stdout and "TTFT" in proc.stdout
