@@ -877,10 +877,12 @@ def _identity(conj: Conj) -> tuple[str, bool]:
     return conj[1], isinstance(conj[0], Union)
 
 
-def _layout(settled: Sequence[Conj], branches: list[Conj]) -> Iterator[tuple[Conj, bool]]:
+def _layout(settled: Sequence[Conj], branches: list[Conj]) -> Iterable[tuple[Conj, bool]]:
     """``settled`` in order, each followed by the branches chosen from its own ``anyOf``/``oneOf``
     (the rest last), so that merged properties keep the order the schema is read in:
     ``allOf: [{oneOf: [{properties: {from}}, ...]}, {properties: {to}}]`` lays out ``from`` first."""
+    if not settled:  # not a distribution: nothing to interleave
+        return ((branch, False) for branch in branches)
     placed: dict[int, list[Conj]] = {}
     for branch in branches:
         holder, _, key = branch[1].rpartition("/")[0].rpartition("/")
@@ -893,11 +895,12 @@ def _layout(settled: Sequence[Conj], branches: list[Conj]) -> Iterator[tuple[Con
             len(settled),
         )
         placed.setdefault(at, []).append(branch)
+    laid_out = []
     for index in range(len(settled) + 1):
         if index < len(settled):
-            yield settled[index], True
-        for branch in placed.get(index, ()):
-            yield branch, False
+            laid_out.append((settled[index], True))
+        laid_out += [(branch, False) for branch in placed.get(index, ())]
+    return laid_out
 
 
 def _distinct(conjuncts: list[Conj], seen: set[tuple[str, bool]]) -> list[Conj]:
