@@ -139,6 +139,16 @@ def test_in_schema_order_follows_refs_branches_and_patterns():
     )
 
 
+def test_in_schema_order_puts_required_unlisted_keys_after_the_listed_ones():
+    """As the normalizer declares them (MaskBench Github_hard---o12335: required keys that only a
+    pattern describes)."""
+    from service.bench.reorder import in_schema_order
+
+    schema = {"type": "object", "properties": {"id": {}}, "patternProperties": {":en$": {}}, "required": ["name:en"]}
+    ordered = in_schema_order({"title:en": "t", "name:en": "n", "id": 1}, schema)
+    assert list(ordered) == ["id", "name:en", "title:en"]
+
+
 def test_masks_tells_property_order_from_other_rejections(tmp_path):
     schema = {
         "type": "object",

@@ -75,6 +75,10 @@ class _SchemaOrder:
             for part in parts:
                 for name in part.get("properties", {}) if isinstance(part.get("properties"), dict) else {}:
                     rank.setdefault(name, len(rank))
+            for part in parts:  # required but not listed: the grammar declares them after the listed
+                for name in part.get("required", []) if isinstance(part.get("required"), list) else []:
+                    if isinstance(name, str):
+                        rank.setdefault(name, len(rank))
             keys = sorted(data, key=lambda k: rank.get(k, len(rank)))
             return {key: self.order(data[key], self._child(parts, key)) for key in keys}
         if isinstance(data, list):
@@ -115,5 +119,6 @@ class _SchemaOrder:
 
 def in_schema_order(data: Any, schema: dict[str, Any] | bool) -> Any:
     """``data`` with every object's keys in the order the schema (its matching branches included)
-    lists them; keys the schema does not list keep their relative order, after the listed ones."""
+    lists them in ``properties``, then required keys it does not list there (the normalizer
+    declares those after the listed ones); other keys keep their relative order, last."""
     return _SchemaOrder(schema).order(data, schema)
