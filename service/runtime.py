@@ -17,6 +17,7 @@ from schemas.sampling import SamplingOptions
 from schemas.verdict import Usage, Verdict
 from service.engine import Engine, EngineConfig
 from service.errors import EngineUnavailable
+from service.jump_forward import ForcedPrefix, forced_prefix
 from service.model_home import resolve_model
 from service.model_info import ModelInfo
 from service.reasoning import ReasoningMarkers, ReasoningStream
@@ -33,6 +34,8 @@ class RuntimeConfig:
     limits: Limits = DEFAULT_LIMITS
     cache_bytes: int = 256 * 1024 * 1024
     compile_workers: int = 1
+    #: Take the tokens a grammar forces at the start as prompt (``service/jump_forward.py``).
+    jump_forward: bool = True
 
 
 @dataclass(frozen=True)
@@ -107,6 +110,8 @@ class Runtime:
             vocab, limits=config.limits, cache_bytes=config.cache_bytes, workers=config.compile_workers
         )
         self._engine: Engine | None = None
+        #: Whether requests take their grammar's forced prefix as prompt (benchmarks compare both).
+        self.jump_forward = config.jump_forward
 
     def start_engine(self) -> Engine:
         """Start vLLM (call on the event loop that will serve requests)."""
@@ -141,11 +146,11 @@ class Runtime:
         ``shape`` may come compiled already (front ends that compile first, to time it or to refuse
         a bad shape before answering); ``options`` then do not apply.
         """
-        compiled, prompt_ids, params = await self._prepare(prompt, shape, sampling, options, stream=False)
+        compiled, prompt_ids, forced, params = await self._prepare(prompt, shape, sampling, options, stream=False)
         request_id = self.engine.new_request_id()
         final = None
         try:
-            async for output in self.engine.generate(prompt_ids, params, request_id):
+            async for output in self.engine.generate(_engine_prompt(prompt_ids, forced), params, request_id):
                 final = output
         except asyncio.CancelledError:
             await self.engine.abort(request_id)
@@ -153,14 +158,13 @@ class Runtime:
         assert final is not None, "the engine returned no output"
         completions = []
         for out in sorted(final.outputs, key=lambda o: o.index):
-            reasoning, text = self.reasoning.split(out.text) if self.reasoning else (None, out.text)
+            token_ids, text, logprobs = self._with_prefix(forced, list(out.token_ids), out.text, out.logprobs)
+            reasoning, text = self.reasoning.split(text) if self.reasoning else (None, text)
             verdict = judge(
                 text, finish_reason=out.finish_reason, stop_reason=out.stop_reason,
-                compiled=compiled, usage=_usage(len(prompt_ids), len(out.token_ids)),
+                compiled=compiled, usage=_usage(len(prompt_ids), len(token_ids)),
             )
-            completions.append(
-                Completion(out.index, verdict, list(out.token_ids), _logprobs(out.logprobs), reasoning)
-            )
+            completions.append(Completion(out.index, verdict, token_ids, logprobs, reasoning))
         return GenerationResult(completions, compiled, len(prompt_ids))
 
     async def stream(
@@ -172,20 +176,24 @@ class Runtime:
     ) -> AsyncIterator[StreamDelta]:
         """Yield text deltas as vLLM detokenizes them (it holds back partial UTF-8 and any text that
         could still be the start of a stop string); each output's last delta carries its verdict."""
-        compiled, prompt_ids, params = await self._prepare(prompt, shape, sampling, options, stream=True)
+        compiled, prompt_ids, forced, params = await self._prepare(prompt, shape, sampling, options, stream=True)
         request_id = self.engine.new_request_id()
         texts: dict[int, list[str]] = {}
         counts: dict[int, int] = {}
         splitters: dict[int, ReasoningStream] = {}
         try:
-            async for output in self.engine.generate(prompt_ids, params, request_id):
+            async for output in self.engine.generate(_engine_prompt(prompt_ids, forced), params, request_id):
                 for out in output.outputs:
-                    reasoning, text = "", out.text
+                    # The forced prefix leads each output's first delta.
+                    token_ids, text, logprobs = self._with_prefix(
+                        None if out.index in counts else forced, list(out.token_ids), out.text, out.logprobs
+                    )
+                    reasoning = ""
                     if self.reasoning is not None:
                         splitter = splitters.setdefault(out.index, self.reasoning.stream())
-                        reasoning, text = splitter.feed(out.text)
+                        reasoning, text = splitter.feed(text)
                     texts.setdefault(out.index, []).append(text)
-                    counts[out.index] = counts.get(out.index, 0) + len(out.token_ids)
+                    counts[out.index] = counts.get(out.index, 0) + len(token_ids)
                     verdict = None
                     if out.finish_reason is not None:
                         verdict = judge(
@@ -193,9 +201,7 @@ class Runtime:
                             stop_reason=out.stop_reason, compiled=compiled,
                             usage=_usage(len(prompt_ids), counts[out.index]),
                         )
-                    yield StreamDelta(
-                        out.index, text, list(out.token_ids), _logprobs(out.logprobs), verdict, reasoning
-                    )
+                    yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning)
         except (asyncio.CancelledError, GeneratorExit):
             if self._engine is not None:  # not already shut down
                 await self._engine.abort(request_id)
@@ -209,18 +215,41 @@ class Runtime:
         options: CompileOptions,
         *,
         stream: bool,
-    ) -> tuple[CompiledShape | None, list[int], SamplingParams]:
-        """The compiled shape, the prompt's token ids and the engine's sampling parameters."""
+    ) -> tuple[CompiledShape | None, list[int], ForcedPrefix | None, SamplingParams]:
+        """The compiled shape, the prompt's token ids, the forced prefix the engine gets as prompt
+        (if any) and the engine's sampling parameters."""
         compiled = await self.compile(shape, options) if isinstance(shape, Shape) else shape
         prompt_ids = self.prompt_ids(prompt)
+        forced = None
+        if self.jump_forward:
+            forced = forced_prefix(
+                compiled, sampling, room=self.engine.room(prompt_ids), decode=self.model.tokenizer.decode,
+                reasoning=self.reasoning is not None,
+            )
+        spec = compiled.engine_spec if compiled else None
+        if forced is not None:
+            assert spec is not None
+            spec, sampling = spec.jumped(), forced.engine_sampling(sampling)
         params = to_sampling_params(
             sampling,
-            engine_spec=compiled.engine_spec if compiled else None,
+            engine_spec=spec,
             stop_token_ids=self.engine.stop_token_ids,
-            room=self.engine.room(prompt_ids),
+            room=self.engine.room(prompt_ids) - (len(forced.token_ids) if forced else 0),
             stream=stream,
         )
-        return compiled, prompt_ids, params
+        return compiled, prompt_ids, forced, params
+
+    def _with_prefix(
+        self, forced: ForcedPrefix | None, token_ids: list[int], text: str, logprobs: Any
+    ) -> tuple[list[int], str, list[dict[int, Any]] | None]:
+        """An output (or its first delta) as the caller sees it: the forced prefix leads it."""
+        logprobs = _logprobs(logprobs)
+        if forced is None:
+            return token_ids, text, logprobs
+        if logprobs is not None:
+            pieces = [self.model.tokenizer.decode([token]) for token in forced.token_ids]
+            logprobs = forced.logprobs(pieces) + logprobs
+        return list(forced.token_ids) + token_ids, forced.text + text, logprobs
 
     def shutdown(self) -> None:
         """Stop the compile workers and the engine; safe to call more than once."""
@@ -228,6 +257,10 @@ class Runtime:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.shutdown()
+
+
+def _engine_prompt(prompt_ids: list[int], forced: ForcedPrefix | None) -> list[int]:
+    return prompt_ids + list(forced.token_ids) if forced is not None else prompt_ids
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> Usage:

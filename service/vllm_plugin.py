@@ -21,7 +21,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from grammar.backends.base import LLGUIDANCE_MARKER
+from grammar.backends.base import LLGUIDANCE_MARKER, read_llguidance_spec
 
 _registered = False
 
@@ -39,8 +39,9 @@ def register() -> None:
     original_validate = backend_xgrammar.validate_xgrammar_grammar
 
     def compile_grammar(self: Any, request_type: Any, grammar_spec: str, stop_token_ids: Any = None) -> Any:
-        if request_type == StructuredOutputOptions.GRAMMAR and grammar_spec.startswith(LLGUIDANCE_MARKER):
-            return _compile_llguidance(self, grammar_spec[len(LLGUIDANCE_MARKER):])
+        parsed = read_llguidance_spec(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
+        if parsed is not None:
+            return _compile_llguidance(self, *parsed)
         return original_compile(self, request_type, grammar_spec, stop_token_ids)
 
     def validate(sampling_params: Any) -> None:
@@ -133,17 +134,19 @@ def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
     if structured is None or state is None:
         return False
     request_type, spec = structured.structured_output_key
-    if request_type != grammar_type or not spec.startswith(LLGUIDANCE_MARKER):
+    parsed = read_llguidance_spec(spec) if request_type == grammar_type else None
+    if parsed is None:
         return False
     _, prototypes, lock = state
     with lock:
-        if spec[len(LLGUIDANCE_MARKER):] not in prototypes:
+        if parsed not in prototypes:
             return False
     structured.grammar = manager._create_grammar(request)
     return True
 
 
-def _compile_llguidance(backend: Any, serialized: str) -> Any:
+def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] = ()) -> Any:
+    """A matcher for ``serialized``, past the ``forced`` tokens its request's prompt ends with."""
     import llguidance
     from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
 
@@ -152,15 +155,18 @@ def _compile_llguidance(backend: Any, serialized: str) -> Any:
         ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
         state = backend._tokenmold_llguidance = (ll_tokenizer, OrderedDict(), threading.Lock())
     ll_tokenizer, prototypes, lock = state
+    key = (serialized, forced)
     with lock:
-        prototype = prototypes.get(serialized)
+        prototype = prototypes.get(key)
         if prototype is not None:
-            prototypes.move_to_end(serialized)
+            prototypes.move_to_end(key)
     if prototype is None:
         prototype = llguidance.LLMatcher(ll_tokenizer, serialized)
+        if forced and not prototype.is_error():
+            prototype.consume_tokens(list(forced))  # refused: the sticky error is reported below
         if not prototype.is_error():  # an error is reported below, and not kept
             with lock:
-                prototypes[serialized] = prototype
+                prototypes[key] = prototype
                 if len(prototypes) > PROTOTYPE_CACHE_SIZE:
                     prototypes.popitem(last=False)
     grammar = GuidanceGrammar(ll_matcher=prototype.deep_copy(), ll_tokenizer=ll_tokenizer, vocab_size=backend.vocab_size)

@@ -74,4 +74,6 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         assert row["unbounded_ratio"] == round(row["unbounded_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
+    jump = report["jump_forward"]
+    assert 0 < jump["forced_tokens"] < jump["output_tokens"] and jump["latency_ms"] > 0 and jump["latency_ms_no_jump"] > 0
     assert "http" in proc.stdout and "TTFT" in proc.stdout

@@ -16,6 +16,7 @@ from grammar import Shape
 from grammar.errors import GrammarSyntaxError, RegexError, SchemaError
 from schemas.sampling import SamplingOptions
 from schemas.verdict import VerdictStatus
+from service.bench.e2e import TOOL_CALL_SCHEMA
 from service.runtime import Prompt
 
 pytestmark = pytest.mark.engine
@@ -173,6 +174,37 @@ async def test_streaming_reassembles_and_ends_with_the_verdict(engine_runtime) -
     assert deltas[-1].verdict.text == text
     assert deltas[-1].verdict.status is VerdictStatus.ACCEPTED
     json.loads(text)
+
+
+async def test_forced_prefix_is_taken_as_prompt_and_returned_as_output(engine_runtime) -> None:
+    """Jump-forward: the tokens the grammar forces are prefilled, not decoded, and the caller gets
+    them back as output (ids, text, usage, logprobs) on both paths; without the jump the same
+    request decodes them one by one."""
+    rt = engine_runtime
+    ask = Prompt.user("What is the weather in Paris? Call the tool.")
+    shape = Shape.from_json_schema(TOOL_CALL_SCHEMA)
+    forced = list((await rt.compile(shape)).engine_spec.forced_tokens)
+    assert rt.engine.tokenizer.decode(forced) == '{"name":"get_weather","arguments":{"city'
+    out = await _one(rt, ask, shape, max_tokens=40, temperature=0, logprobs=1)
+    assert out.verdict.status is VerdictStatus.ACCEPTED, out.verdict
+    assert out.verdict.value["name"] == "get_weather"
+    assert out.token_ids[: len(forced)] == forced
+    assert out.verdict.usage.completion_tokens == len(out.token_ids)
+    assert len(out.logprobs) == len(out.token_ids)
+    assert [step[t].logprob for step, t in zip(out.logprobs, forced)] == [0.0] * len(forced)
+    deltas = [d async for d in rt.stream(ask, shape, SamplingOptions(max_tokens=40, temperature=0))]
+    assert deltas[0].token_ids[: len(forced)] == forced
+    assert "".join(d.text for d in deltas) == out.verdict.text
+    assert deltas[-1].verdict.usage.completion_tokens == len(out.token_ids)
+    rt.jump_forward = False
+    try:
+        plain = await _one(rt, ask, shape, max_tokens=40, temperature=0)
+    finally:
+        rt.jump_forward = True
+    assert plain.verdict.status is VerdictStatus.ACCEPTED, plain.verdict
+    # A budget the prefix would fill: no jump, the request is truncated as it would be anyway.
+    short = await _one(rt, ask, shape, max_tokens=len(forced), temperature=0)
+    assert short.verdict.status is VerdictStatus.TRUNCATED and len(short.token_ids) == len(forced)
 
 
 @pytest.mark.parametrize(

@@ -42,16 +42,46 @@ class JsonOptions:
 #: Prefix of a ``grammar`` spec that carries a serialized llguidance grammar (see
 #: ``service/vllm_plugin.py``, which teaches vLLM's engine to apply it).
 LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
+#: An optional line after the marker: tokens the engine's matcher consumes before its first mask,
+#: because the request's prompt already ends with them (jump-forward, see ``EngineSpec``).
+_FORCED_LINE = "%forced "
+
+
+def read_llguidance_spec(text: str) -> tuple[str, tuple[int, ...]] | None:
+    """The serialized grammar and the tokens to consume first, of a spec the plugin compiles;
+    ``None`` for any other grammar."""
+    if not text.startswith(LLGUIDANCE_MARKER):
+        return None
+    body = text[len(LLGUIDANCE_MARKER):]
+    if not body.startswith(_FORCED_LINE):
+        return body, ()
+    line, _, grammar = body.partition("\n")
+    return grammar, tuple(int(token) for token in line[len(_FORCED_LINE):].split(","))
 
 
 @dataclass(frozen=True)
 class EngineSpec:
     """What vLLM's structured-output path is given so that it applies this grammar first in the
-    logits chain: a request type of ``StructuredOutputsParams`` and its text."""
+    logits chain: a request type of ``StructuredOutputsParams`` and its text.
+
+    ``forced_tokens`` are the tokens the grammar forces from its start (llguidance's fast-forward
+    tokens: ``{"name":"get_weather","arguments":{"`` for a one-tool call). A request may put them
+    at the end of its prompt and send ``jumped()``'s spec, whose matcher starts after them: they
+    cost one prefill instead of one decoding step each.
+    """
 
     kind: Literal["grammar", "json", "regex", "choice", "structural_tag"]
     text: str
     backend: str
+    forced_tokens: tuple[int, ...] = ()
+
+    def jumped(self) -> EngineSpec:
+        """This grammar with its forced tokens already consumed (llguidance specs only)."""
+        parsed = read_llguidance_spec(self.text)
+        if parsed is None or parsed[1] or not self.forced_tokens:
+            raise ValueError("only an llguidance spec with forced tokens can jump forward")
+        line = _FORCED_LINE + ",".join(str(token) for token in self.forced_tokens) + "\n"
+        return EngineSpec(self.kind, LLGUIDANCE_MARKER + line + parsed[0], self.backend)
 
 
 class Matcher(ABC):

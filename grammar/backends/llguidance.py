@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import llguidance
@@ -135,9 +136,11 @@ class LLGuidanceCompiled(CompiledGrammar):
     def memory_bytes(self) -> int:
         return _BASE_BYTES + _BYTES_PER_GRAMMAR_BYTE * len(self.grammar)
 
-    @property
+    @cached_property
     def engine_spec(self) -> EngineSpec:
-        return EngineSpec(kind="grammar", text=LLGUIDANCE_MARKER + self.grammar, backend=self.backend)
+        # Computing the fast-forward tokens does not advance the prototype (and warms its lexer).
+        forced = tuple(self._prototype.compute_ff_tokens())
+        return EngineSpec("grammar", LLGUIDANCE_MARKER + self.grammar, self.backend, forced_tokens=forced)
 
 
 class LLGuidanceBackend(Backend):

@@ -6,8 +6,9 @@ count far beyond it), so tokens/s compare like with like. Per batch size it repo
 unconstrained, through tokenmold (the normalized schema compiled by the backend ``auto`` picks,
 applied first by vLLM), through tokenmold with the same layout but unbounded strings (what a
 ``maxLength`` costs), and through vLLM's built-in JSON path (the schema handed to vLLM as is),
-plus time to first token with a cold and a warm grammar cache; each figure is the median of
-``--repeats`` runs, the modes interleaved. Then the in-process engine stops and the same
+plus time to first token with a cold and a warm grammar cache, and what jump-forward gives on a
+one-tool call (latency with and without taking the forced prefix as prompt); each figure is the
+median of ``--repeats`` runs, the modes interleaved. Then the in-process engine stops and the same
 constrained workload goes through ``tokenmold serve`` on loopback (B concurrent
 ``/v1/chat/completions`` requests): the service's overhead is what HTTP, validation and
 serialization cost on top of in-process generation.
@@ -49,6 +50,22 @@ LONG_SCHEMA: dict[str, Any] = {
 UNBOUNDED_SCHEMA: dict[str, Any] = {
     **LONG_SCHEMA,
     "items": {**LONG_SCHEMA["items"], "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}},
+}
+
+#: A one-tool call: the name and the argument's key are forced, the model chooses the city.
+TOOL_CALL_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"const": "get_weather"},
+        "arguments": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+            "additionalProperties": False,
+        },
+    },
+    "required": ["name", "arguments"],
+    "additionalProperties": False,
 }
 
 #: In-process modes, run in this order within each repeat, and the schema tokenmold constrains with.
@@ -157,6 +174,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
                 "vllm_builtin_ratio": round(row["vllm_json_tok_s"] / row["unconstrained_tok_s"], 3),
             }
         report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
+        report["jump_forward"] = await _jump_figures(runtime, args.ttft_repeats)
         report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
         report["max_tokens"] = args.max_tokens
         report["repeats"] = args.repeats
@@ -168,6 +186,37 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             row["http_constrained_tok_s"] = round(tok_s, 1)
             row["http_overhead"] = round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
     return report
+
+
+async def _jump_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
+    """Latency of one tool call with the forced prefix taken as prompt, and decoded one by one."""
+    shape = Shape.from_json_schema(TOOL_CALL_SCHEMA)
+    prompt = Prompt.user("What is the weather in Paris? Call the tool.")
+    sampling = SamplingOptions(max_tokens=48, temperature=0.0)
+    latency: dict[bool, list[float]] = {True: [], False: []}
+    tokens: dict[bool, int] = {}
+    try:
+        for jump in (True, False):  # warm-up, each path once
+            runtime.jump_forward = jump
+            await runtime.generate(prompt, shape, sampling)
+        for _ in range(repeats):
+            for jump in (True, False):
+                runtime.jump_forward = jump
+                started = time.perf_counter()
+                result = await runtime.generate(prompt, shape, sampling)
+                latency[jump].append((time.perf_counter() - started) * 1e3)
+                tokens[jump] = len(result.completions[0].token_ids)
+    finally:
+        runtime.jump_forward = True
+    with_jump, without = statistics.median(latency[True]), statistics.median(latency[False])
+    return {
+        "forced_tokens": len((await runtime.compile(shape)).engine_spec.forced_tokens),
+        "output_tokens": tokens[True],
+        "output_tokens_no_jump": tokens[False],
+        "latency_ms": round(with_jump, 1),
+        "latency_ms_no_jump": round(without, 1),
+        "speedup": round(without / with_jump, 3),
+    }
 
 
 async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
@@ -232,6 +281,9 @@ def run_e2e(argv: list[str] | None = None) -> int:
     t = report["ttft"]
     print(f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
           f"warm grammar {t['ttft_warm_ms']['p50']} (warm overhead {t['warm_overhead_ms']} ms)")
+    j = report["jump_forward"]
+    print(f"jump-forward, one tool call ({j['forced_tokens']} of {j['output_tokens']} tokens forced): "
+          f"{j['latency_ms']} ms, without {j['latency_ms_no_jump']} ms (x{j['speedup']})")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0
