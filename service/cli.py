@@ -83,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
                        help="sequences the engine batches at once")
     serve.add_argument("--compile-workers", type=int, default=1, help="grammar compile worker processes")
+    serve.add_argument("--no-jump-forward", dest="jump_forward", action="store_false",
+                       help="decode the tokens a grammar forces at the start instead of taking them as prompt")
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
     serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])

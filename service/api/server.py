@@ -27,6 +27,7 @@ def serve(args: argparse.Namespace) -> int:
         ),
         limits=Limits(compile_timeout_s=args.compile_timeout),
         compile_workers=args.compile_workers,
+        jump_forward=args.jump_forward,
     ))
     settings = ServerSettings(
         model_name=args.served_model_name or Path(runtime.model.path).name,
