@@ -124,9 +124,8 @@ PROTOTYPE_CACHE_SIZE = 256
 def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
     """Give ``request`` its grammar at once when its prototype is parsed already (a 1 µs copy).
 
-    vLLM hands every grammar to a compile thread and the scheduler polls for it; that thread then
-    waits for the GIL, which the engine loop, busy-waiting on the polled request, releases only
-    every switch interval (5 ms): milliseconds of time to first token for a microsecond's work.
+    vLLM hands every grammar to a compile thread and the scheduler polls the future; for a copy
+    that hop is all overhead (a GIL hand-off to a thread while the engine loop busy-waits).
     Grammars not parsed yet still go to the thread, so a slow parse never stalls the engine.
     """
     structured = request.structured_output_request
