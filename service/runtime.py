@@ -220,11 +220,11 @@ class Runtime:
         (if any) and the engine's sampling parameters."""
         compiled = await self.compile(shape, options) if isinstance(shape, Shape) else shape
         prompt_ids = self.prompt_ids(prompt)
+        room = self.engine.room(prompt_ids)
         forced = None
         if self.jump_forward:
             forced = forced_prefix(
-                compiled, sampling, room=self.engine.room(prompt_ids), decode=self.model.tokenizer.decode,
-                reasoning=self.reasoning is not None,
+                compiled, sampling, room=room, decode=self.model.tokenizer.decode, reasoning=self.reasoning is not None
             )
         spec = compiled.engine_spec if compiled else None
         if forced is not None:
@@ -234,7 +234,7 @@ class Runtime:
             sampling,
             engine_spec=spec,
             stop_token_ids=self.engine.stop_token_ids,
-            room=self.engine.room(prompt_ids) - (len(forced.token_ids) if forced else 0),
+            room=room - (len(forced.token_ids) if forced else 0),
             stream=stream,
         )
         return compiled, prompt_ids, forced, params

@@ -49,7 +49,7 @@ LONG_SCHEMA: dict[str, Any] = {
 #: workloads shows what a ``maxLength`` costs on top of structure.
 UNBOUNDED_SCHEMA: dict[str, Any] = {
     **LONG_SCHEMA,
-    "items": {**LONG_SCHEMA["items"], "properties": {"id": {"type": "integer"}, "name": {"type": "string"}}},
+    "items": {**LONG_SCHEMA["items"], "properties": {**LONG_SCHEMA["items"]["properties"], "name": {"type": "string"}}},
 }
 
 #: A one-tool call: the name and the argument's key are forced, the model chooses the city.
