@@ -4,21 +4,53 @@ a line/column. A native crash here would take down a compile worker, never the s
 
 from __future__ import annotations
 
-
 import atheris
 
 with atheris.instrument_imports(include=["grammar"]):
-    from grammar.backends.xgrammar import XGrammarBackend
-    from grammar.errors import ShapeError
-    from grammar.vocabulary import EMPTY_VOCABULARY
+    from tokenmold.grammar.backends.xgrammar import XGrammarBackend
+    from tokenmold.grammar.errors import ShapeError
+    from tokenmold.grammar.vocabulary import EMPTY_VOCABULARY
 
-from harness import run  # noqa: E402
+from harness import run
 
 BACKEND = XGrammarBackend(EMPTY_VOCABULARY)
 PIECES = [
-    'root ::= ', '"a"', "[a-z]", "[^\\n]", "*", "+", "?", "{2,3}", "{0,}", " | ", "(", ")", "root", "x",
-    "\nx ::= ", 'x "b"', "\\", '"', "\n", "(=", "[", "]", "-", "\\u0041", "root ::= root \"a\" | \"b\"",
-    "a", "b", ".", "^", "$", "(?:", "(?=", "\\d", "\\w", "{1000}", "|",
+    "root ::= ",
+    '"a"',
+    "[a-z]",
+    "[^\\n]",
+    "*",
+    "+",
+    "?",
+    "{2,3}",
+    "{0,}",
+    " | ",
+    "(",
+    ")",
+    "root",
+    "x",
+    "\nx ::= ",
+    'x "b"',
+    "\\",
+    '"',
+    "\n",
+    "(=",
+    "[",
+    "]",
+    "-",
+    "\\u0041",
+    'root ::= root "a" | "b"',
+    "a",
+    "b",
+    ".",
+    "^",
+    "$",
+    "(?:",
+    "(?=",
+    "\\d",
+    "\\w",
+    "{1000}",
+    "|",
 ]
 
 

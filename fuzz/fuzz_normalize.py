@@ -9,10 +9,10 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["grammar"]):
-    from grammar.errors import ShapeError
-    from grammar.normalize import normalize_schema
+    from tokenmold.grammar.errors import ShapeError
+    from tokenmold.grammar.jsonschema import normalize_schema
 
-from harness import mutate, run, seed_schemas  # noqa: E402
+from harness import mutate, run, seed_schemas
 
 SEEDS = seed_schemas()
 

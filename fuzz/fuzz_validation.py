@@ -10,10 +10,10 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["service.validation"]):
-    from service.validation import check_json
+with atheris.instrument_imports(include=["tokenmold.service.validation"]):
+    from tokenmold.service.validation import check_json
 
-from harness import mutate, run, seed_schemas  # noqa: E402
+from harness import mutate, run, seed_schemas
 
 
 def _well_formed(schemas: list[object]) -> list[tuple[object, object]]:

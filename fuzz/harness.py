@@ -21,20 +21,49 @@ MASKBENCH = ROOT.parent / "shared" / "bench" / "maskbench"
 
 #: Keywords and values the mutator splices in: the ones that have broken engines elsewhere.
 KEYWORDS: list[tuple[str, Any]] = [
-    ("type", "object"), ("type", ["string", "null"]), ("type", "nope"), ("type", 3),
-    ("properties", {"a": {"type": "integer"}}), ("required", ["a", "b"]), ("required", "a"),
-    ("additionalProperties", False), ("additionalProperties", {"type": "string"}),
-    ("items", {"type": "number"}), ("items", False), ("prefixItems", [{"const": 1}]),
-    ("minItems", 10**9), ("maxItems", 0), ("minLength", 10**8), ("maxLength", -1),
-    ("enum", []), ("enum", [1, "a", None]), ("const", {"x": [1]}),
-    ("anyOf", [{"required": ["a"]}, {"required": ["b"]}]), ("oneOf", [{"type": "integer"}, {"type": "number"}]),
-    ("allOf", [{"type": "string"}, {"type": "integer"}]), ("not", {"const": 1}),
-    ("$ref", "#"), ("$ref", "#/$defs/a"), ("$ref", "http://example.com/s.json"), ("$ref", "file:///etc/passwd"),
+    ("type", "object"),
+    ("type", ["string", "null"]),
+    ("type", "nope"),
+    ("type", 3),
+    ("properties", {"a": {"type": "integer"}}),
+    ("required", ["a", "b"]),
+    ("required", "a"),
+    ("additionalProperties", False),
+    ("additionalProperties", {"type": "string"}),
+    ("items", {"type": "number"}),
+    ("items", False),
+    ("prefixItems", [{"const": 1}]),
+    ("minItems", 10**9),
+    ("maxItems", 0),
+    ("minLength", 10**8),
+    ("maxLength", -1),
+    ("enum", []),
+    ("enum", [1, "a", None]),
+    ("const", {"x": [1]}),
+    ("anyOf", [{"required": ["a"]}, {"required": ["b"]}]),
+    ("oneOf", [{"type": "integer"}, {"type": "number"}]),
+    ("allOf", [{"type": "string"}, {"type": "integer"}]),
+    ("not", {"const": 1}),
+    ("$ref", "#"),
+    ("$ref", "#/$defs/a"),
+    ("$ref", "http://example.com/s.json"),
+    ("$ref", "file:///etc/passwd"),
     ("$defs", {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}),
-    ("pattern", "(a+)+$"), ("pattern", "[z-a]"), ("pattern", "(?<=x)y"), ("format", "email"), ("format", "date-time"),
-    ("minimum", 5), ("maximum", 1.5), ("exclusiveMinimum", True), ("multipleOf", 0.1),
-    ("uniqueItems", True), ("if", {"const": 1}), ("then", {"const": 2}), ("propertyNames", {"pattern": "^x"}),
-    ("patternProperties", {"^x": {"type": "integer"}}), ("dependentRequired", {"a": ["b"]}),
+    ("pattern", "(a+)+$"),
+    ("pattern", "[z-a]"),
+    ("pattern", "(?<=x)y"),
+    ("format", "email"),
+    ("format", "date-time"),
+    ("minimum", 5),
+    ("maximum", 1.5),
+    ("exclusiveMinimum", True),
+    ("multipleOf", 0.1),
+    ("uniqueItems", True),
+    ("if", {"const": 1}),
+    ("then", {"const": 2}),
+    ("propertyNames", {"pattern": "^x"}),
+    ("patternProperties", {"^x": {"type": "integer"}}),
+    ("dependentRequired", {"a": ["b"]}),
 ]
 
 
@@ -63,7 +92,7 @@ def mutate(value: Any, fdp: atheris.FuzzedDataProvider, depth: int = 0) -> Any:
         return out
     if isinstance(value, list) and value and choice < 5:
         index = fdp.ConsumeIntInRange(0, len(value) - 1)
-        return value[:index] + [mutate(value[index], fdp, depth + 1)] + value[index + 1:]
+        return value[:index] + [mutate(value[index], fdp, depth + 1)] + value[index + 1 :]
     if choice < 7 and isinstance(value, dict):
         keyword, replacement = KEYWORDS[fdp.ConsumeIntInRange(0, len(KEYWORDS) - 1)]
         return {**value, keyword: replacement}

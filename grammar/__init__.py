@@ -3,12 +3,12 @@
 Knows nothing of vLLM, HTTP or the service; usable on its own and by the benchmarks.
 """
 
-from grammar.compiler import CompiledShape, CompileOptions, ShapeCompiler
-from grammar.errors import ShapeError
-from grammar.limits import DEFAULT_LIMITS, Limits
-from grammar.report import KeywordReport
-from grammar.shape import Shape, ShapeKind
-from grammar.vocabulary import Vocabulary
+from tokenmold.grammar.compiler import CompiledShape, CompileOptions, ShapeCompiler
+from tokenmold.grammar.errors import ShapeError
+from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
+from tokenmold.grammar.report import KeywordReport
+from tokenmold.grammar.shape import Shape, ShapeKind
+from tokenmold.grammar.vocabulary import Vocabulary
 
 __all__ = [
     "DEFAULT_LIMITS",

@@ -2,7 +2,9 @@
 
 Concurrent requests for one key wait on the first one's compilation instead of compiling again.
 Failures are cached too (counted as one entry of nominal size), so a hostile schema that timed out
-is refused at once when it comes back instead of burning another worker for the full timeout.
+is refused at once when it comes back instead of burning another worker for the full timeout;
+except a ``transient`` one (a worker that died, a queue that was full): that says nothing about the
+shape, so it goes to the callers waiting now and the next request compiles again.
 """
 
 from __future__ import annotations
@@ -49,24 +51,25 @@ class CompileCache(Generic[T]):
                 self._entries.move_to_end(key)
                 self._stats.hits += 1
                 return _unwrap(entry[0])
-            future = self._inflight.get(key)
-            owner = future is None
-            if owner:
+            waiting = self._inflight.get(key)
+            if waiting is None:
                 self._stats.misses += 1
-                future = Future()
+                future: Future[T] = Future()
                 self._inflight[key] = future
             else:
                 self._stats.hits += 1
-        if not owner:
-            return future.result()
+        if waiting is not None:
+            return waiting.result()
+        value: T | BaseException
         try:
-            value: T | BaseException = compute()
-            size = self._size_of(value)  # type: ignore[arg-type]
+            computed = compute()
+            value, size = computed, self._size_of(computed)
         except Exception as exc:  # cached and re-raised to every waiter
             value, size = exc, ERROR_ENTRY_BYTES
         with self._lock:
             self._inflight.pop(key, None)
-            self._store(key, value, size)
+            if not getattr(value, "transient", False):
+                self._store(key, value, size)
         if isinstance(value, BaseException):
             future.set_exception(value)
         else:

@@ -15,20 +15,23 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-from grammar.backends import get_backend
-from grammar.backends.base import CompiledGrammar, EngineSpec, JsonOptions
-from grammar.cache import CacheStats, CompileCache
-from grammar.errors import CompileTimeout, LimitExceeded, ShapeError
-from grammar.limits import DEFAULT_LIMITS, Limits
-from grammar.normalize import normalize_schema
-from grammar.report import KeywordReport
-from grammar.shape import Shape, ShapeKind
-from grammar.tools import ToolCalls
-from grammar.vocabulary import Vocabulary
-from grammar.worker import CompileTask, WorkerPool, compile_task
+from tokenmold.grammar.backends import get_backend
+from tokenmold.grammar.backends.base import CompiledGrammar, EngineSpec, JsonOptions
+from tokenmold.grammar.budget import OutputFloor, output_floor
+from tokenmold.grammar.cache import CacheStats, CompileCache
+from tokenmold.grammar.errors import CompileTimeout, LimitExceeded, ShapeError
+from tokenmold.grammar.jsonschema import normalize_schema
+from tokenmold.grammar.lanes import estimate_lane
+from tokenmold.grammar.layout import DEFAULT_MAX_EXTRA_PROPERTIES, mark_open, narrow_objects, opens_objects
+from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
+from tokenmold.grammar.report import KeywordReport
+from tokenmold.grammar.shape import Shape, ShapeKind
+from tokenmold.grammar.tools import ToolCalls
+from tokenmold.grammar.vocabulary import Vocabulary
+from tokenmold.grammar.worker import CompileTask, PoolStats, WorkerPool, compile_task, default_workers
 
 #: Bump when the normalizer or grammar generation changes what a key compiles to.
-COMPILER_VERSION = "3"
+COMPILER_VERSION = "4"
 
 
 @dataclass(frozen=True)
@@ -42,10 +45,14 @@ class CompileOptions:
         Default ``False``: the schema as written (unlisted properties allowed unless forbidden).
     max_whitespace:
         Whitespace characters allowed between JSON tokens (bounded; ``0`` for compact JSON).
+    max_extra_properties:
+        Keys an explicitly open object may get beyond those it lists (``tokenmold.grammar.layout``;
+        an object that does not state ``additionalProperties`` gets only its listed properties).
     """
 
     strict: bool = False
     max_whitespace: int = 2
+    max_extra_properties: int = DEFAULT_MAX_EXTRA_PROPERTIES
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,9 @@ class CompiledShape:
     normalized_schema: dict[str, Any] | bool | None
     compile_ms: float
     memory_bytes: int
+    #: The shortest output the schema allows, in tokens (JSON shapes; ``None`` where unknowable):
+    #: a request whose max_tokens cannot hold it is refused before decoding.
+    output_floor: OutputFloor | None = None
     #: Compiled against the real vocabulary when the compiler runs in-process (benchmarks, tests).
     token_grammar: CompiledGrammar | None = field(default=None, compare=False, repr=False)
 
@@ -67,16 +77,17 @@ class CompiledShape:
     def text_grammar(self) -> CompiledGrammar:
         """The same grammar compiled without a vocabulary: cheap, used to check whole texts of
         EBNF, regex and choice shapes (always compiled by xgrammar; JSON is checked by jsonschema)."""
-        from grammar.backends.xgrammar import XGrammarBackend
-        from grammar.vocabulary import EMPTY_VOCABULARY
+        from tokenmold.grammar.backends.xgrammar import XGrammarBackend
+        from tokenmold.grammar.vocabulary import EMPTY_VOCABULARY
 
         if self.engine_spec.backend != "xgrammar":
             raise ValueError(f"text checks need an xgrammar grammar, this one is {self.engine_spec.backend}'s")
         return XGrammarBackend(EMPTY_VOCABULARY).compile_ebnf(self.engine_spec.text)
 
     def accepts(self, text: str) -> bool:
-        """Whether ``text`` is a complete sentence of this shape's grammar."""
-        return self.text_grammar.accepts(text)
+        """Whether ``text`` is a complete sentence of this shape's grammar (the token-level grammar
+        where the compile kept it, as inline compiles do for any backend)."""
+        return (self.token_grammar or self.text_grammar).accepts(text)
 
 
 class ShapeCompiler:
@@ -95,14 +106,19 @@ class ShapeCompiler:
         ``"inline"``: compile in the calling thread and keep the token-level grammar (benchmarks
         and tests that walk masks); no timeout can be enforced.
     workers:
-        Number of compile worker processes (``isolation="process"``).
+        Compile worker processes (``isolation="process"``); ``None``: sized to the machine
+        (``default_workers``). Cheap and heavy compiles run in separate lanes (``grammar/lanes.py``).
+    queue_timeout_s:
+        Longest wait for a free compile worker (then a transient ``CompileUnavailable``);
+        ``None``: ``limits.compile_timeout_s``.
     backend:
         The grammar engine that compiles and that the serving engine applies, or ``"auto"``
         (default): per shape, by measured capability (docs/benchmarks.md). JSON Schemas go to
         llguidance (lazy masks: milliseconds to compile where xgrammar precomputes for seconds on
         non-strict objects and long strings, and no valid instance rejected), falling back to
-        xgrammar for what llguidance refuses; EBNF (xgrammar's dialect), regexes, choices and
-        tools go to xgrammar.
+        xgrammar for what llguidance refuses; tool sets too (128 functions in ~50 ms where
+        xgrammar's structural tags take over 10 s: ``tokenmold bench tools``); EBNF (xgrammar's
+        dialect), regexes and choices go to xgrammar.
     """
 
     def __init__(
@@ -112,7 +128,8 @@ class ShapeCompiler:
         limits: Limits = DEFAULT_LIMITS,
         cache_bytes: int = 256 * 1024 * 1024,
         isolation: str = "process",
-        workers: int = 1,
+        workers: int | None = None,
+        queue_timeout_s: float | None = None,
         backend: str = "auto",
     ) -> None:
         if isolation not in ("process", "inline"):
@@ -123,49 +140,80 @@ class ShapeCompiler:
         self.backend_name = backend
         self._cache: CompileCache[CompiledShape] = CompileCache(cache_bytes, lambda c: c.memory_bytes)
         names = ("llguidance", "xgrammar") if backend == "auto" else (backend,)
-        self._pool = WorkerPool(vocab.state(), warm_backends=names, size=workers) if isolation == "process" else None
+        self._pool = (
+            WorkerPool(
+                vocab.state(),
+                warm_backends=names,
+                size=workers or default_workers(),
+                queue_timeout_s=limits.compile_timeout_s if queue_timeout_s is None else queue_timeout_s,
+            )
+            if isolation == "process"
+            else None
+        )
         self._backends = {name: get_backend(name)(vocab) for name in names} if isolation == "inline" else {}
 
     def compile(self, shape: Shape, options: CompileOptions = CompileOptions()) -> CompiledShape:
         """Compile ``shape`` (cached); raises a ``ShapeError`` subclass on bad input."""
-        source = shape.source_text()
-        if len(source.encode()) > self.limits.max_schema_bytes:
+        size = len(shape.source_bytes)
+        if size > self.limits.max_schema_bytes:
             raise LimitExceeded(
-                f"the {shape.kind.value} is {len(source.encode())} bytes; the limit is "
-                f"{self.limits.max_schema_bytes}",
+                f"the {shape.kind.value} is {size} bytes; the limit is {self.limits.max_schema_bytes}",
                 keyword="max_schema_bytes",
             )
         key = self.key_of(shape, options)
         return self._cache.get_or_compute(key, lambda: self._compile(key, shape, options))
 
     def key_of(self, shape: Shape, options: CompileOptions) -> str:
-        material = json.dumps(
-            [COMPILER_VERSION, self.backend_name, self.vocab.fingerprint, shape.kind.value,
-             shape.source_text(), options.strict, options.max_whitespace],
-            separators=(",", ":"), ensure_ascii=False,
+        """The cache key: everything a compile depends on, the source last (hashed as it is, not
+        escaped again: 128 tools' text is ~60 kB)."""
+        header = json.dumps(
+            [
+                COMPILER_VERSION,
+                self.backend_name,
+                self.vocab.fingerprint,
+                shape.kind.value,
+                options.strict,
+                options.max_whitespace,
+                options.max_extra_properties,
+            ],
+            separators=(",", ":"),
         )
-        return hashlib.sha256(material.encode()).hexdigest()
+        digest = hashlib.sha256(header.encode())
+        digest.update(b"\n")
+        digest.update(shape.source_bytes)
+        return digest.hexdigest()
 
     def _compile(self, key: str, shape: Shape, options: CompileOptions) -> CompiledShape:
         started = time.perf_counter()
         report = KeywordReport()
         normalized: dict[str, Any] | bool | None = None
+        # What the backend compiles: a normalized schema, tool calls, choices, or grammar text.
+        payload: dict[str, Any] | bool | ToolCalls | list[str] | str
         if shape.kind is ShapeKind.JSON_SCHEMA:
-            result = normalize_schema(shape.source, strict=options.strict, limits=self.limits)
-            normalized, report = result.schema, result.report
+            normalized, report = self._normalize(shape.source, strict=options.strict, options=options)
             # Strictness is already spelled out in the normalized schema (additionalProperties: false,
             # all required); xgrammar's own strict mode is kept for when it is the only backend.
-            kind, payload, json_options = "json_schema", normalized, JsonOptions(
-                strict_properties=options.strict and self.backend_name == "xgrammar",
-                max_whitespace=options.max_whitespace)
+            kind, payload, json_options = (
+                "json_schema",
+                normalized,
+                JsonOptions(
+                    strict_properties=options.strict and self.backend_name == "xgrammar",
+                    max_whitespace=options.max_whitespace,
+                ),
+            )
         elif shape.kind is ShapeKind.TOOLS:
-            calls, report = self._normalize_tools(shape.source)
+            calls, report = self._normalize_tools(shape.source, options)
             kind, payload, json_options = "tools", calls, JsonOptions(max_whitespace=options.max_whitespace)
         else:
             self._check_text_limits(shape)
             kind, json_options = shape.kind.value, None
             payload = list(shape.source) if shape.kind is ShapeKind.CHOICE else shape.source
-        token_grammar, spec, memory = self._compile_with(self._backends_for(shape, options), kind, payload, json_options)
+        token_grammar, spec, memory = self._compile_with(
+            self._backends_for(shape, options), kind, payload, json_options, len(shape.source_text().encode())
+        )
+        floor = output_floor(normalized, self.vocab) if normalized is not None else None
+        if kind == "json_schema" and spec.backend == "llguidance" and opens_objects(report):
+            spec = spec.with_key_guard()  # layout.py: repeated keys are beyond any grammar
         return CompiledShape(
             key=key,
             shape=shape,
@@ -174,6 +222,7 @@ class ShapeCompiler:
             normalized_schema=normalized,
             compile_ms=(time.perf_counter() - started) * 1e3,
             memory_bytes=memory + len(spec.text),
+            output_floor=floor,
             token_grammar=token_grammar,
         )
 
@@ -181,12 +230,17 @@ class ShapeCompiler:
         """The backends to try, in order (see the class docstring for why)."""
         if self.backend_name != "auto":
             return (self.backend_name,)
-        if shape.kind is ShapeKind.JSON_SCHEMA:
+        if shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS):
             return ("llguidance", "xgrammar")
         return ("xgrammar",)
 
     def _compile_with(
-        self, backends: tuple[str, ...], kind: str, payload: Any, json_options: JsonOptions | None
+        self,
+        backends: tuple[str, ...],
+        kind: str,
+        payload: Any,
+        json_options: JsonOptions | None,
+        source_bytes: int,
     ) -> tuple[CompiledGrammar | None, EngineSpec, int]:
         """Compile with the first backend that accepts the input; the last one's error otherwise.
         A limit or a timeout is final: another backend would only spend the same budget again."""
@@ -194,7 +248,8 @@ class ShapeCompiler:
             task = CompileTask(name, kind, payload, json_options)
             try:
                 if self._pool is not None:
-                    spec, memory = self._pool.run(task, self.limits.compile_timeout_s)
+                    lane = estimate_lane(task, source_bytes)
+                    spec, memory = self._pool.run(task, self.limits.compile_timeout_s, lane)
                     return None, spec, memory
                 grammar = compile_task(self._backends[name], task)
                 return grammar, grammar.engine_spec, grammar.memory_bytes
@@ -205,9 +260,17 @@ class ShapeCompiler:
                     raise
         raise AssertionError("no backend to compile with")
 
-    def _normalize_tools(self, calls: ToolCalls) -> tuple[ToolCalls, KeywordReport]:
+    def _normalize(
+        self, schema: dict[str, Any] | bool, *, strict: bool, options: CompileOptions
+    ) -> tuple[dict[str, Any] | bool, KeywordReport]:
+        """Normalize, then lay objects out (closed unless open by the schema's own words)."""
+        result = normalize_schema(mark_open(schema), strict=strict, limits=self.limits)
+        return narrow_objects(result.schema, result.report, options.max_extra_properties), result.report
+
+    def _normalize_tools(self, calls: ToolCalls, options: CompileOptions) -> tuple[ToolCalls, KeywordReport]:
         """Normalize every function's parameters under its own ``strict``; one report for all, its
-        pointers (and any error's) rooted at ``/tools/<i>/parameters`` of the shape's source."""
+        pointers (and any error's) rooted at ``/tools/<i>/parameters`` of the shape's source, and
+        the answer format's (if any) at ``/answer``."""
         if len(calls.tools) > self.limits.max_tools:
             raise LimitExceeded(
                 f"{len(calls.tools)} functions; the limit is {self.limits.max_tools}", keyword="max_tools"
@@ -217,23 +280,25 @@ class ShapeCompiler:
         for i, tool in enumerate(calls.tools):
             root = f"/tools/{i}/parameters"
             try:
-                result = normalize_schema(tool.parameters, strict=tool.strict, limits=self.limits)
+                parameters, own = self._normalize(tool.parameters, strict=tool.strict, options=options)
             except ShapeError as exc:
                 raise replace(
-                    exc, message=f"function {tool.name!r}: {exc.message}",
+                    exc,
+                    message=f"function {tool.name!r}: {exc.message}",
                     pointer=None if exc.pointer is None else root + exc.pointer,
                 ) from None
-            report.enforced |= result.report.enforced
-            for note in result.report.validated_only:
-                report.validate_only(root + note.pointer, note.keyword, note.reason)
-            tools.append(replace(tool, parameters=result.schema))
-        return replace(calls, tools=tuple(tools)), report
+            _add_notes(report, own, root)
+            tools.append(replace(tool, parameters=parameters))
+        if calls.answer is None:
+            return replace(calls, tools=tuple(tools)), report
+        answer, own = self._normalize(calls.answer, strict=calls.answer_strict, options=options)
+        _add_notes(report, own, "/answer")
+        return replace(calls, tools=tuple(tools), answer=answer), report
 
     def _check_text_limits(self, shape: Shape) -> None:
         if shape.kind is ShapeKind.REGEX and len(shape.source.encode()) > self.limits.max_pattern_bytes:
             raise LimitExceeded(
-                f"the regex is {len(shape.source.encode())} bytes; the limit is "
-                f"{self.limits.max_pattern_bytes}",
+                f"the regex is {len(shape.source.encode())} bytes; the limit is {self.limits.max_pattern_bytes}",
                 keyword="max_pattern_bytes",
             )
         if shape.kind is ShapeKind.CHOICE and len(shape.source) > self.limits.max_enum_values:
@@ -245,6 +310,23 @@ class ShapeCompiler:
     def cache_stats(self) -> CacheStats:
         return self._cache.stats()
 
+    def pool_stats(self) -> PoolStats | None:
+        """The compile pool's lanes and workers (``None`` when compiling inline)."""
+        return self._pool.stats() if self._pool is not None else None
+
+    def worker_pids(self, *, busy: bool = False) -> list[int]:
+        """The compile workers' process ids (``busy``: those compiling now)."""
+        return self._pool.worker_pids(busy=busy) if self._pool is not None else []
+
     def close(self) -> None:
         if self._pool is not None:
             self._pool.close()
+
+
+def _add_notes(report: KeywordReport, own: KeywordReport, root: str) -> None:
+    """Fold one schema's report into a tool set's, its pointers rooted at ``root``."""
+    report.enforced |= own.enforced
+    for note in own.validated_only:
+        report.validate_only(root + note.pointer, note.keyword, note.reason)
+    for note in own.narrowed:
+        report.narrow(root + note.pointer, note.keyword, note.reason)

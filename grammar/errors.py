@@ -104,3 +104,15 @@ class CompileFailed(ShapeError):
     """The grammar engine failed on an input that passed our own checks."""
 
     code = "compile_failed"
+
+
+class CompileUnavailable(Exception):
+    """No compile worker could finish this shape, through no fault of the shape: its worker died
+    (killed, out of memory), or the wait for a free worker used up the compile timeout.
+
+    Not a ``ShapeError``: the caller may retry (a 503), and it is never cached (``transient``), so
+    the same shape compiles normally once the pool has healed or drained.
+    """
+
+    transient = True
+    code = "compile_unavailable"

@@ -24,6 +24,9 @@ class KeywordReport:
 
     enforced: set[str] = field(default_factory=set)
     validated_only: list[KeywordNote] = field(default_factory=list)
+    #: Where the grammar generates less than the schema allows, by layout choice
+    #: (``tokenmold.grammar.layout``: unstated ``additionalProperties`` closed, extra keys bounded).
+    narrowed: list[KeywordNote] = field(default_factory=list)
 
     def enforce(self, keyword: str) -> None:
         self.enforced.add(keyword)
@@ -31,15 +34,22 @@ class KeywordReport:
     def validate_only(self, pointer: str, keyword: str, reason: str) -> None:
         self.validated_only.append(KeywordNote(pointer, keyword, reason))
 
+    def narrow(self, pointer: str, keyword: str, reason: str) -> None:
+        self.narrowed.append(KeywordNote(pointer, keyword, reason))
+
     @property
     def validated_only_keywords(self) -> set[str]:
         return {note.keyword for note in self.validated_only}
 
+    def notes(self) -> list[KeywordNote]:
+        """The validated-only notes, each once, in pointer order."""
+        return sorted(set(self.validated_only))
+
     def as_dict(self) -> dict[str, object]:
         return {
             "enforced": sorted(self.enforced),
-            "validated_only": [
-                {"pointer": n.pointer, "keyword": n.keyword, "reason": n.reason}
-                for n in sorted(set(self.validated_only))
+            "validated_only": [{"pointer": n.pointer, "keyword": n.keyword, "reason": n.reason} for n in self.notes()],
+            "narrowed": [
+                {"pointer": n.pointer, "keyword": n.keyword, "reason": n.reason} for n in sorted(set(self.narrowed))
             ],
         }

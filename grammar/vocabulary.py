@@ -93,7 +93,21 @@ class Vocabulary:
 
     @cached_property
     def outlines_vocabulary(self) -> Any:
-        """outlines-core's ``Vocabulary``: the bytes each token spells -> the ids that spell them.
+        """outlines-core's ``Vocabulary`` over ``spelled_tokens``."""
+        import outlines_core
+
+        tokenizer = self.hf_tokenizer
+        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else self.stop_token_ids[0]
+        return outlines_core.Vocabulary(eos, self.spelled_tokens)
+
+    @cached_property
+    def longest_spelling(self) -> int:
+        """Bytes in the longest token spelling (bounds the output budget's floor search)."""
+        return max(map(len, self.spelled_tokens), default=1)
+
+    @cached_property
+    def spelled_tokens(self) -> dict[bytes, list[int]]:
+        """The bytes each generatable token spells -> the ids that spell them.
 
         Built as vLLM builds it (``_reduced_vocabulary`` in ``vllm/v1/structured_output/utils.py``):
         special and stop tokens are left out, as are tokens that decode to nothing; the text of a
@@ -105,7 +119,6 @@ class Vocabulary:
         """
         import re
 
-        import outlines_core
         from transformers.convert_slow_tokenizer import bytes_to_unicode
 
         unicode_to_bytes = {char: byte for byte, char in bytes_to_unicode().items()}
@@ -114,7 +127,7 @@ class Vocabulary:
         skip = set(tokenizer.all_special_tokens)
 
         def token_bytes(token: str) -> bytes | None:
-            text = tokenizer.convert_tokens_to_string([token])
+            text: str = tokenizer.convert_tokens_to_string([token])
             if token.startswith("\u2581") or token == "<0x20>":
                 text = " " + text
             if "\ufffd" not in text or token == "\ufffd":
@@ -132,8 +145,7 @@ class Vocabulary:
             data = token_bytes(token)
             if data:
                 spelled.setdefault(data, []).append(index)
-        eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else self.stop_token_ids[0]
-        return outlines_core.Vocabulary(eos, spelled)
+        return spelled
 
 
 class _NoTokens:

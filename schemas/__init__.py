@@ -3,8 +3,8 @@
 Imports nothing of tokenmold's own: these are the public contract.
 """
 
-from schemas.sampling import SamplingOptions
-from schemas.verdict import KeywordNote, KeywordReport, Usage, Verdict, VerdictError, VerdictStatus
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.schemas.verdict import KeywordNote, KeywordReport, Usage, Verdict, VerdictError, VerdictStatus
 
 __all__ = [
     "KeywordNote",

@@ -1,8 +1,12 @@
 """The OpenAI-compatible HTTP bodies: chat completions, completions, models and errors.
 
-Requests follow OpenAI's field names and add tokenmold's extensions (``grammar``, ``regex``,
-``choice``, ``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``); an
-unknown field is refused (400) rather than silently ignored. Sampling values are range-checked once,
+Requests follow OpenAI's field names (every field of today's chat-completions and completions
+bodies is accepted; what has no meaning here is ignored or refused by ``service/api/fields.py``, and
+docs/api.md lists which) and add tokenmold's extensions (``grammar``, ``regex``, ``choice``,
+``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``) and vLLM's
+(``structured_outputs``, ``chat_template_kwargs``, ``include_stop_str_in_output``,
+``stop_token_ids``), so a vLLM client runs unchanged; a truly unknown field is refused (400) rather
+than silently ignored. Sampling values are range-checked once,
 by ``SamplingOptions``, when a request is translated. Every response choice carries ``validation``:
 the verdict on that output.
 """
@@ -11,9 +15,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
-from schemas.verdict import KeywordReport, Usage, VerdictError, VerdictStatus
+from tokenmold.schemas.verdict import KeywordReport, Usage, VerdictError, VerdictStatus
 
 # ---------------------------------------------------------------- requests
 
@@ -25,6 +29,25 @@ class _Body(BaseModel):
 class TextPart(_Body):
     type: Literal["text"]
     text: str
+    #: OpenAI's prompt-caching hint; ignored.
+    prompt_cache_breakpoint: dict[str, Any] | None = None
+
+
+class RefusalPart(_Body):
+    """An assistant message's refusal, replayed by clients; read as text."""
+
+    type: Literal["refusal"]
+    refusal: str
+
+
+class MediaPart(BaseModel):
+    """An image, audio or file part: accepted by the body so that the refusal can name it (the
+    models served here read text only)."""
+
+    type: Literal["image_url", "input_audio", "file"]
+
+
+ContentPart = Annotated[TextPart | RefusalPart | MediaPart, Field(discriminator="type")]
 
 
 class FunctionCall(BaseModel):
@@ -44,7 +67,7 @@ class ChatMessage(BaseModel):
     with ``refusal``, ``annotations`` and the like)."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
@@ -63,6 +86,16 @@ class ToolDefinition(_Body):
     function: FunctionDefinition
 
 
+class CustomToolDefinition(BaseModel):
+    """OpenAI's free-form (custom) tool: accepted by the body so that the refusal can name it."""
+
+    type: Literal["custom"]
+    custom: dict[str, Any]
+
+
+AnyToolDefinition = Annotated[ToolDefinition | CustomToolDefinition, Field(discriminator="type")]
+
+
 class FunctionName(_Body):
     name: str
 
@@ -72,7 +105,29 @@ class NamedToolChoice(_Body):
     function: FunctionName
 
 
+class AllowedTools(_Body):
+    mode: Literal["auto", "required"]
+    #: ``{"type": "function", "function": {"name": ...}}`` entries naming functions of ``tools``.
+    tools: list[NamedToolChoice]
+
+
+class AllowedToolsChoice(_Body):
+    """``tool_choice: {"type": "allowed_tools", ...}``: ``mode`` over a subset of ``tools``."""
+
+    type: Literal["allowed_tools"]
+    allowed_tools: AllowedTools
+
+
+class NamedCustomToolChoice(BaseModel):
+    type: Literal["custom"]
+    custom: dict[str, Any]
+
+
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+AnyToolChoice = (
+    Literal["none", "auto", "required"]
+    | Annotated[NamedToolChoice | AllowedToolsChoice | NamedCustomToolChoice, Field(discriminator="type")]
+)
 
 
 class JsonSchemaSpec(_Body):
@@ -100,6 +155,29 @@ ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Fie
 
 class StreamOptions(_Body):
     include_usage: bool = False
+    #: OpenAI pads chunks against side channels; ignored (loopback or your own TLS).
+    include_obfuscation: bool | None = None
+
+
+class StructuredOutputs(_Body):
+    """vLLM's ``structured_outputs`` extension: one constraint, the same as ours under its names."""
+
+    json_: dict[str, Any] | bool | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+    #: Compact JSON (no whitespace between tokens).
+    disable_any_whitespace: bool = False
+    # Refused when set (service/api/fields.py says why).
+    disable_additional_properties: bool = False
+    whitespace_pattern: str | None = None
+    structural_tag: str | None = None
+
+
+class PredictionContent(_Body):
+    type: Literal["content"]
+    content: str | list[TextPart]
 
 
 class GenerationRequest(_Body):
@@ -111,6 +189,13 @@ class GenerationRequest(_Body):
     grammar: str | None = Field(default=None, description="EBNF grammar (xgrammar/GBNF dialect, rule `root`).")
     regex: str | None = None
     choice: list[str] | None = None
+    max_extra_properties: int | None = Field(
+        default=None,
+        ge=0,
+        le=1000,
+        description="Keys an explicitly open object (additionalProperties: true or a schema) may get beyond "
+        "those it lists; default 8. An object that does not state additionalProperties gets only its listed ones.",
+    )
     # Sampling.
     max_tokens: int | None = None
     temperature: float | None = None
@@ -128,6 +213,10 @@ class GenerationRequest(_Body):
     ignore_eos: bool | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
+    # vLLM's extensions.
+    structured_outputs: StructuredOutputs | None = None
+    include_stop_str_in_output: bool | None = None
+    stop_token_ids: list[int] | None = None
     # Accepted for compatibility; they change nothing.
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -139,15 +228,37 @@ class ChatCompletionRequest(GenerationRequest):
     max_completion_tokens: int | None = None
     logprobs: bool = False
     top_logprobs: int | None = None
-    tools: list[ToolDefinition] | None = None
-    tool_choice: ToolChoice | None = None
+    tools: list[AnyToolDefinition] | None = None
+    tool_choice: AnyToolChoice | None = None
     parallel_tool_calls: bool = True
+    #: vLLM's extension: extra variables for the chat template (e.g. ``enable_thinking``).
+    chat_template_kwargs: dict[str, Any] | None = None
+    # Accepted for compatibility; they change nothing (docs/api.md).
+    service_tier: str | None = None
+    reasoning_effort: str | None = None
+    verbosity: Literal["low", "medium", "high"] | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_options: dict[str, Any] | None = None
+    prompt_cache_retention: str | None = None
+    safety_identifier: str | None = None
+    prediction: PredictionContent | None = None
+    # Accepted so that the refusal names them (service/api/fields.py).
+    modalities: list[Literal["text", "audio"]] | None = None
+    audio: dict[str, Any] | None = None
+    web_search_options: dict[str, Any] | None = None
+    moderation: dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
 
 
 class CompletionRequest(GenerationRequest):
     prompt: str | list[str]
     #: Legacy format: the number of top logprobs per token.
     logprobs: int | None = None
+    # Accepted so that a value this server cannot honour is refused by name (service/api/fields.py).
+    best_of: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
 
 
 # ---------------------------------------------------------------- responses
@@ -200,11 +311,28 @@ class ChatCompletion(BaseModel):
     usage: Usage
 
 
-class ToolCallDelta(BaseModel):
+class _Sparse(BaseModel):
+    """A delta object: fields left unset are left out (a streaming client merges every key it gets,
+    so a ``null`` would overwrite what an earlier chunk said)."""
+
+    @model_serializer(mode="wrap")
+    def _without_none(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class FunctionCallDelta(_Sparse):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ToolCallDelta(_Sparse):
+    """A piece of call ``index``: the first carries ``id``, ``type`` and the function's name, the
+    next ones argument fragments (OpenAI's streaming form)."""
+
     index: int
-    id: str
-    type: Literal["function"] = "function"
-    function: FunctionCall
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionCallDelta
 
 
 class ChatDelta(BaseModel):

@@ -26,5 +26,9 @@ class SamplingOptions(BaseModel):
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     repetition_penalty: float = Field(default=1.0, gt=0.0, le=2.0)
     n: int = Field(default=1, ge=1, le=16)
-    logprobs: int | None = Field(default=None, ge=0, le=20, description="Top logprobs per token, after the grammar mask.")
+    logprobs: int | None = Field(
+        default=None, ge=0, le=20, description="Top logprobs per token, after the grammar mask."
+    )
     ignore_eos: bool = False
+    #: Keep the matched stop string at the end of the text (vLLM's extension).
+    include_stop_str_in_output: bool = False

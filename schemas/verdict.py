@@ -11,7 +11,8 @@ from pydantic import BaseModel, Field
 class VerdictStatus(str, enum.Enum):
     #: The output fits the shape and the generation ended on a stop condition.
     ACCEPTED = "accepted"
-    #: The generation hit max_tokens or the context limit: incomplete, never accepted.
+    #: The generation hit max_tokens or the context limit, or the repetition guard stopped it
+    #: (``stop_reason: "repetition"``): incomplete, never accepted.
     TRUNCATED = "truncated"
     #: The output is complete but does not fit the shape (or could not be checked).
     INVALID = "invalid"
@@ -21,7 +22,9 @@ class VerdictError(BaseModel):
     """One reason an output is not accepted."""
 
     path: str = Field(description="JSON Pointer into the output ('' for the whole output).")
-    keyword: str = Field(description="The schema keyword or check that failed, e.g. 'required', 'json', 'finish_reason'.")
+    keyword: str = Field(
+        description="The schema keyword or check that failed, e.g. 'required', 'json', 'finish_reason'."
+    )
     message: str
 
 
@@ -42,13 +45,21 @@ class KeywordReport(BaseModel):
 
     enforced: list[str] = Field(default_factory=list)
     validated_only: list[KeywordNote] = Field(default_factory=list)
+    narrowed: list[KeywordNote] = Field(
+        default_factory=list,
+        description="Where the grammar generates less than the schema allows: an object that does not state "
+        "additionalProperties gets only its listed properties; an open one a bounded number of extra keys.",
+    )
 
 
 class Verdict(BaseModel):
     status: VerdictStatus
     finish_reason: str | None = Field(description="The engine's finish reason: 'stop', 'length' or 'abort'.")
     stop_reason: int | str | None = Field(
-        default=None, description="The stop token id or stop string that ended the generation; null for EOS."
+        default=None,
+        description="The stop token id or stop string that ended the generation; null for EOS and max_tokens; "
+        "'repetition' (with status 'truncated' and finish_reason 'length') when the repetition guard stopped "
+        "an output looping inside one value, whose JSON Pointer is then errors[0].path.",
     )
     text: str
     value: Any = Field(default=None, description="The parsed JSON value; only set when accepted.")

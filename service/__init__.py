@@ -8,7 +8,7 @@ from typing import Any
 
 def __getattr__(name: str) -> Any:
     if name == "Tokenmold":
-        from service.tokenmold import Tokenmold
+        from tokenmold.service.tokenmold import Tokenmold
 
         return Tokenmold
     raise AttributeError(name)

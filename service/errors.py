@@ -1,4 +1,4 @@
-"""Typed errors of the service layer (the grammar layer has its own in ``grammar.errors``).
+"""Typed errors of the service layer (the grammar layer has its own in ``tokenmold.grammar.errors``).
 
 Mapped to HTTP statuses and CLI exit codes in one place each (``service/api/errors.py``,
 ``service/cli.py``).
@@ -6,7 +6,7 @@ Mapped to HTTP statuses and CLI exit codes in one place each (``service/api/erro
 
 from __future__ import annotations
 
-from schemas.openai import ChoiceVerdict
+from tokenmold.schemas.openai import ChoiceVerdict
 
 
 class RequestError(Exception):
@@ -22,6 +22,13 @@ class RequestError(Exception):
 
 class PromptTooLong(RequestError):
     code = "context_length_exceeded"
+
+
+class BudgetTooSmall(RequestError):
+    """The output budget cannot hold the shortest output the shape allows: refused before decoding,
+    since the generation could only end truncated."""
+
+    code = "budget_too_small"
 
 
 class ModelNotFound(RequestError):

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from schemas.sampling import SamplingOptions
+from tokenmold.schemas.sampling import SamplingOptions
 
 if TYPE_CHECKING:
-    from grammar import CompiledShape
+    from tokenmold.grammar import CompiledShape
 
 
 @dataclass(frozen=True)

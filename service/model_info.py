@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenmold.grammar.toolformats import ToolFormat, detect_tool_format, tool_format
+
 #: End-of-turn / end-of-text tokens of common chat templates. A model whose generation config lists
 #: only one of its two EOS tokens cannot stop at the other ("the model never stops").
 _END_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|end_of_text|>", "<|endoftext|>", "<end_of_turn>", "</s>")
@@ -24,9 +26,13 @@ class ModelInfo:
     vocab_size: int
     max_position_embeddings: int | None
     stop_token_ids: list[int]
+    #: How this model writes tool calls: the format its chat template teaches, unless overridden.
+    tool_format: ToolFormat
 
     @classmethod
-    def load(cls, path: str) -> ModelInfo:
+    def load(cls, path: str, *, tool_call_format: str | None = None) -> ModelInfo:
+        """``tool_call_format`` names a format (``--tool-call-format``) instead of the detected one;
+        an unknown name is a ``ValueError``."""
         from transformers import AutoConfig, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -39,6 +45,9 @@ class ModelInfo:
             vocab_size=int(getattr(text_config, "vocab_size", None) or len(tokenizer)),
             max_position_embeddings=getattr(text_config, "max_position_embeddings", None),
             stop_token_ids=stop_token_ids(tokenizer, generation.get("eos_token_id")),
+            tool_format=tool_format(tool_call_format)
+            if tool_call_format
+            else detect_tool_format(str(getattr(tokenizer, "chat_template", "") or "")),
         )
 
     @property

@@ -47,7 +47,7 @@ class ReasoningMarkers:
             if self.start.startswith(body):  # still (possibly) the start marker: nothing to show yet
                 return ""
             if body.startswith(self.start):
-                body = body[len(self.start):]
+                body = body[len(self.start) :]
         return body.strip()
 
     def stream(self) -> ReasoningStream:
@@ -74,7 +74,7 @@ class ReasoningStream:
             answer = ""
         self._answering = bool(found)
         thinking = self.markers.thinking(head)
-        new, self._thinking_sent = thinking[self._thinking_sent:], max(self._thinking_sent, len(thinking))
+        new, self._thinking_sent = thinking[self._thinking_sent :], max(self._thinking_sent, len(thinking))
         return new, answer
 
 

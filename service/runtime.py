@@ -7,22 +7,25 @@ grammar compiler directly.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
-from grammar.limits import DEFAULT_LIMITS
-from schemas.sampling import SamplingOptions
-from schemas.verdict import Usage, Verdict
-from service.engine import Engine, EngineConfig
-from service.errors import EngineUnavailable
-from service.jump_forward import ForcedPrefix, forced_prefix
-from service.model_home import resolve_model
-from service.model_info import ModelInfo
-from service.reasoning import ReasoningMarkers, ReasoningStream
-from service.sampling import to_sampling_params
-from service.validation import judge
+from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
+from tokenmold.grammar.limits import DEFAULT_LIMITS
+from tokenmold.grammar.tools import ToolCalls
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.schemas.verdict import Usage, Verdict
+from tokenmold.service.engine import Engine, EngineConfig
+from tokenmold.service.environment import configure_environment
+from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable
+from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
+from tokenmold.service.model_home import resolve_model
+from tokenmold.service.model_info import ModelInfo
+from tokenmold.service.reasoning import ReasoningMarkers, ReasoningStream
+from tokenmold.service.repetition import LoopWatch, RepetitionGuard
+from tokenmold.service.sampling import to_sampling_params
+from tokenmold.service.validation import judge
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -33,9 +36,27 @@ class RuntimeConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     limits: Limits = DEFAULT_LIMITS
     cache_bytes: int = 256 * 1024 * 1024
-    compile_workers: int = 1
+    #: Compile worker processes; ``None``: sized to the machine (``grammar.worker.default_workers``).
+    compile_workers: int | None = None
+    #: Longest wait for a free compile worker before a 503 (``None``: ``limits.compile_timeout_s``).
+    compile_queue_timeout_s: float | None = None
     #: Take the tokens a grammar forces at the start as prompt (``service/jump_forward.py``).
     jump_forward: bool = True
+    #: A tool-call format by name (``tokenmold.grammar.toolformats``); ``None``: the one the chat
+    #: template teaches.
+    tool_call_format: str | None = None
+
+    #: Stop an output looping inside one JSON value (``service/repetition.py``); ``None``: off.
+    repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """The engine's load for /metrics: requests it holds, requests aborted for a gone caller."""
+
+    running: int
+    aborted: int
+    alive: bool
 
 
 @dataclass(frozen=True)
@@ -43,12 +64,14 @@ class Prompt:
     """Either chat messages (rendered with the model's chat template) or raw text.
 
     ``tools`` (OpenAI function definitions) go to the chat template, for templates that render
-    them; for those that do not, ``service.tools`` writes them into the messages instead.
+    them; for those that do not, ``tokenmold.service.tools`` writes them into the messages instead.
     """
 
     messages: list[dict[str, Any]] | None = None
     text: str | None = None
     tools: list[dict[str, Any]] | None = None
+    #: Extra variables for the chat template (vLLM's ``chat_template_kwargs``, e.g. ``enable_thinking``).
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def user(cls, content: str) -> Prompt:
@@ -65,6 +88,23 @@ class Completion:
     logprobs: list[dict[int, Any]] | None = None
     #: The thinking part when a reasoning parser is configured (the verdict judges the answer).
     reasoning: str | None = None
+
+
+@dataclass
+class _Collected:
+    """One output assembled from the engine's deltas (or its one final output)."""
+
+    token_ids: list[int] = field(default_factory=list)
+    text: list[str] = field(default_factory=list)
+    logprobs: list[dict[int, Any]] | None = None
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    #: The JSON Pointer of the value the repetition guard cut this output in.
+    looping_at: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.finish_reason is not None or self.looping_at is not None
 
 
 @dataclass
@@ -97,7 +137,9 @@ class Runtime:
 
     def __init__(self, config: RuntimeConfig = RuntimeConfig()) -> None:
         self.config = config
-        self.model = ModelInfo.load(resolve_model(config.engine.model))
+        # Before the tokenizer loads: the embedded model must never reach for the hub.
+        configure_environment(embedded_model=config.engine.model is None)
+        self.model = ModelInfo.load(resolve_model(config.engine.model), tool_call_format=config.tool_call_format)
         #: Set when the engine runs with a reasoning parser: outputs are split into thinking + answer.
         #: Resolved first, so that an unusable parser is refused before anything starts.
         parser = config.engine.reasoning_parser
@@ -107,9 +149,15 @@ class Runtime:
         )
         vocab.set_source_path(self.model.path)
         self.compiler = ShapeCompiler(
-            vocab, limits=config.limits, cache_bytes=config.cache_bytes, workers=config.compile_workers
+            vocab,
+            limits=config.limits,
+            cache_bytes=config.cache_bytes,
+            workers=config.compile_workers,
+            queue_timeout_s=config.compile_queue_timeout_s,
         )
         self._engine: Engine | None = None
+        #: Engine requests aborted because their caller went away (a client disconnect).
+        self.aborted = 0
         #: Whether requests take their grammar's forced prefix as prompt (benchmarks compare both).
         self.jump_forward = config.jump_forward
 
@@ -117,6 +165,8 @@ class Runtime:
         """Start vLLM (call on the event loop that will serve requests)."""
         if self._engine is None:
             self._engine = Engine(self.config.engine, self.model)
+            # Spelled once here, not on the first JSON request (the output budget's floor needs it).
+            _ = self.compiler.vocab.spelled_tokens
         return self._engine
 
     @property
@@ -129,9 +179,26 @@ class Runtime:
         """Compile off the event loop: a slow compile blocks only its own request."""
         return await asyncio.to_thread(self.compiler.compile, shape, options)
 
+    @property
+    def engine_dead(self) -> bool:
+        """The engine was started and its process has died since."""
+        return self._engine is not None and self._engine.dead
+
+    def engine_stats(self) -> EngineStats:
+        engine = self._engine
+        if engine is None or engine.dead:
+            return EngineStats(running=0, aborted=self.aborted, alive=False)
+        return EngineStats(running=engine.running(), aborted=self.aborted, alive=True)
+
+    async def _abort(self, request_id: str) -> None:
+        """Free the engine slot of a request whose caller went away."""
+        if self._engine is not None and not self._engine.dead:  # not shut down, not dead
+            await self._engine.abort(request_id)
+            self.aborted += 1
+
     def prompt_ids(self, prompt: Prompt) -> list[int]:
         if prompt.messages is not None:
-            return self.engine.chat_prompt(prompt.messages, tools=prompt.tools)
+            return self.engine.chat_prompt(prompt.messages, tools=prompt.tools, template_kwargs=prompt.template_kwargs)
         return self.engine.text_prompt(prompt.text or "")
 
     async def generate(
@@ -147,25 +214,57 @@ class Runtime:
         a bad shape before answering); ``options`` then do not apply.
         """
         compiled, prompt_ids, forced, params = await self._prepare(prompt, shape, sampling, options, stream=False)
+        watch = self._loop_watch(compiled)
         request_id = self.engine.new_request_id()
-        final = None
+        collected: dict[int, _Collected] = {}
         try:
             async for output in self.engine.generate(_engine_prompt(prompt_ids, forced), params, request_id):
-                final = output
+                for out in output.outputs:
+                    first = out.index not in collected
+                    entry = collected.setdefault(out.index, _Collected())
+                    if entry.done:
+                        continue
+                    token_ids, text, logprobs = self._with_prefix(
+                        forced if first else None, list(out.token_ids), out.text, out.logprobs
+                    )
+                    entry.token_ids += token_ids
+                    entry.text.append(text)
+                    if logprobs is not None:
+                        entry.logprobs = (entry.logprobs or []) + logprobs
+                    entry.finish_reason, entry.stop_reason = out.finish_reason, out.stop_reason
+                    if watch is not None and out.finish_reason is None:
+                        looping = watch.feed(out.index, token_ids)
+                        entry.looping_at = looping.pointer if looping is not None else None
+                if _all_cut_or_done(collected, params.n):
+                    await self.engine.abort(request_id)
+                    break
         except asyncio.CancelledError:
-            await self.engine.abort(request_id)
+            await self._abort(request_id)
             raise
-        assert final is not None, "the engine returned no output"
+        assert collected, "the engine returned no output"
         completions = []
-        for out in sorted(final.outputs, key=lambda o: o.index):
-            token_ids, text, logprobs = self._with_prefix(forced, list(out.token_ids), out.text, out.logprobs)
-            reasoning, text = self.reasoning.split(text) if self.reasoning else (None, text)
-            verdict = judge(
-                text, finish_reason=out.finish_reason, stop_reason=out.stop_reason,
-                compiled=compiled, usage=_usage(len(prompt_ids), len(token_ids)),
+        for index, entry in sorted(collected.items()):
+            reasoning, text = (
+                self.reasoning.split("".join(entry.text)) if self.reasoning else (None, "".join(entry.text))
             )
-            completions.append(Completion(out.index, verdict, token_ids, logprobs, reasoning))
+            verdict = judge(
+                text,
+                finish_reason=entry.finish_reason,
+                stop_reason=entry.stop_reason,
+                compiled=compiled,
+                usage=_usage(len(prompt_ids), len(entry.token_ids)),
+                looping_at=entry.looping_at,
+            )
+            completions.append(Completion(index, verdict, entry.token_ids, entry.logprobs, reasoning))
         return GenerationResult(completions, compiled, len(prompt_ids))
+
+    def _loop_watch(self, compiled: CompiledShape | None) -> LoopWatch | None:
+        """A repetition guard for a request's outputs: JSON outputs only (the guard reads the JSON
+        written so far), and not behind a reasoning parser (the thinking part is not JSON)."""
+        guard = self.config.repetition_guard
+        if guard is None or compiled is None or not compiled.shape.is_json or self.reasoning is not None:
+            return None
+        return LoopWatch(guard, self.model.tokenizer.decode)
 
     async def stream(
         self,
@@ -173,17 +272,23 @@ class Runtime:
         shape: Shape | CompiledShape | None = None,
         sampling: SamplingOptions = SamplingOptions(),
         options: CompileOptions = CompileOptions(),
-    ) -> AsyncIterator[StreamDelta]:
+    ) -> AsyncGenerator[StreamDelta, None]:
         """Yield text deltas as vLLM detokenizes them (it holds back partial UTF-8 and any text that
         could still be the start of a stop string); each output's last delta carries its verdict."""
         compiled, prompt_ids, forced, params = await self._prepare(prompt, shape, sampling, options, stream=True)
+        watch = self._loop_watch(compiled)
         request_id = self.engine.new_request_id()
         texts: dict[int, list[str]] = {}
         counts: dict[int, int] = {}
         splitters: dict[int, ReasoningStream] = {}
+        #: Outputs that ended (their verdict sent), and whether the guard cut any of them.
+        ended: set[int] = set()
+        cut = False
         try:
             async for output in self.engine.generate(_engine_prompt(prompt_ids, forced), params, request_id):
                 for out in output.outputs:
+                    if out.index in ended:
+                        continue
                     # The forced prefix leads each output's first delta.
                     token_ids, text, logprobs = self._with_prefix(
                         None if out.index in counts else forced, list(out.token_ids), out.text, out.logprobs
@@ -194,17 +299,25 @@ class Runtime:
                         reasoning, text = splitter.feed(text)
                     texts.setdefault(out.index, []).append(text)
                     counts[out.index] = counts.get(out.index, 0) + len(token_ids)
+                    looping = watch.feed(out.index, token_ids) if watch and out.finish_reason is None else None
                     verdict = None
-                    if out.finish_reason is not None:
+                    if out.finish_reason is not None or looping is not None:
+                        ended.add(out.index)
+                        cut = cut or looping is not None
                         verdict = judge(
-                            "".join(texts[out.index]), finish_reason=out.finish_reason,
-                            stop_reason=out.stop_reason, compiled=compiled,
+                            "".join(texts[out.index]),
+                            finish_reason=out.finish_reason,
+                            stop_reason=out.stop_reason,
+                            compiled=compiled,
                             usage=_usage(len(prompt_ids), counts[out.index]),
+                            looping_at=looping.pointer if looping is not None else None,
                         )
                     yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning)
+                if cut and len(ended) == params.n:
+                    await self.engine.abort(request_id)
+                    return
         except (asyncio.CancelledError, GeneratorExit):
-            if self._engine is not None:  # not already shut down
-                await self._engine.abort(request_id)
+            await self._abort(request_id)
             raise
 
     async def _prepare(
@@ -219,8 +332,11 @@ class Runtime:
         """The compiled shape, the prompt's token ids, the forced prefix the engine gets as prompt
         (if any) and the engine's sampling parameters."""
         compiled = await self.compile(shape, options) if isinstance(shape, Shape) else shape
+        # The guard reads outputs as they grow: the engine sends deltas even to a non-streaming call.
+        stream = stream or self._loop_watch(compiled) is not None
         prompt_ids = self.prompt_ids(prompt)
         room = self.engine.room(prompt_ids)
+        _check_budget(compiled, sampling, room)
         forced = None
         if self.jump_forward:
             forced = forced_prefix(
@@ -236,6 +352,11 @@ class Runtime:
             stop_token_ids=self.engine.stop_token_ids,
             room=room - (len(forced.token_ids) if forced else 0),
             stream=stream,
+            skip_special_tokens=not (
+                compiled is not None
+                and isinstance(compiled.shape.source, ToolCalls)
+                and compiled.shape.source.tool_format.control_tokens
+            ),
         )
         return compiled, prompt_ids, forced, params
 
@@ -257,6 +378,31 @@ class Runtime:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.shutdown()
+
+
+def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, room: int) -> None:
+    """Refuse a budget that cannot hold the shape's shortest output (it could only be truncated)."""
+    floor = compiled.output_floor if compiled is not None else None
+    budget = min(sampling.max_tokens or room, room)
+    if floor is None or floor.tokens <= budget:
+        return
+    what = (
+        f"max_tokens={budget}"
+        if sampling.max_tokens and sampling.max_tokens <= room
+        else f"the {room} tokens the context leaves"
+    )
+    example = floor.text if len(floor.text) <= 60 else floor.text[:57] + "..."
+    raise BudgetTooSmall(
+        f"{what} cannot hold the shortest output this schema allows: {floor.tokens} tokens "
+        f"({len(floor.text)} characters, e.g. {example})",
+        param="max_tokens",
+    )
+
+
+def _all_cut_or_done(collected: dict[int, _Collected], n: int) -> bool:
+    """Every output ended and the guard cut at least one: the rest of the request is waste."""
+    entries = collected.values()
+    return len(collected) == n and all(e.done for e in entries) and any(e.looping_at for e in entries)
 
 
 def _engine_prompt(prompt_ids: list[int], forced: ForcedPrefix | None) -> list[int]:

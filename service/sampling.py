@@ -10,18 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from service.environment import configure_environment
-
-configure_environment()
-
-from vllm import SamplingParams  # noqa: E402  (after the environment is set)
-from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams  # noqa: E402
-
-from schemas.sampling import SamplingOptions  # noqa: E402
-from service.engine import engine_validation  # noqa: E402
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.service.engine import engine_validation
 
 if TYPE_CHECKING:
-    from grammar.backends.base import EngineSpec
+    from vllm import SamplingParams
+
+    from tokenmold.grammar.backends.base import EngineSpec
 
 
 def to_sampling_params(
@@ -31,13 +26,21 @@ def to_sampling_params(
     stop_token_ids: list[int],
     room: int,
     stream: bool = False,
+    skip_special_tokens: bool = True,
 ) -> SamplingParams:
     """Build engine parameters.
 
     ``stop_token_ids`` are the model's end-of-sequence ids (generation config list and the chat
     template's end-of-turn token) added to the caller's own. ``room`` is what the context leaves
     after the prompt: the default max_tokens, so that "context full" ends as ``length``.
+    ``skip_special_tokens=False`` keeps control tokens in the text (a tool-call format whose marker
+    is one, such as Mistral's ``[TOOL_CALLS]``, is parsed from the text).
     """
+    # vLLM is imported here, not at module level: the engine (which configures vLLM's environment
+    # first) has been started by the time a request is turned into parameters.
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
     structured = None
     if engine_spec is not None:
         structured = StructuredOutputsParams(**{engine_spec.kind: engine_spec.text})
@@ -60,7 +63,8 @@ def to_sampling_params(
             repetition_penalty=options.repetition_penalty,
             logprobs=options.logprobs,
             ignore_eos=options.ignore_eos,
+            include_stop_str_in_output=options.include_stop_str_in_output,
             structured_outputs=structured,
             output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
-            skip_special_tokens=True,
+            skip_special_tokens=skip_special_tokens,
         )

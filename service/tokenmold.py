@@ -1,7 +1,6 @@
 """The Python API: constrained generation without HTTP.
 
-    from service import Tokenmold
-    from grammar import Shape
+    from tokenmold import Shape, Tokenmold
 
     with Tokenmold() as tm:                       # embedded SmolLM2-135M-Instruct
         verdict = tm.generate("Give me a person.", Shape.from_json_schema(schema), max_tokens=64)
@@ -19,16 +18,16 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from grammar import CompileOptions, Shape
-from schemas.sampling import SamplingOptions
-from schemas.verdict import Verdict
-from service.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
+from tokenmold.grammar import CompileOptions, Shape
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.schemas.verdict import Verdict
+from tokenmold.service.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
 
 T = TypeVar("T")
 
 
 class Tokenmold:
-    """A started engine. Parameters are ``RuntimeConfig``'s; see ``service.engine.EngineConfig``."""
+    """A started engine. Parameters are ``RuntimeConfig``'s; see ``tokenmold.service.engine.EngineConfig``."""
 
     def __init__(self, config: RuntimeConfig = RuntimeConfig()) -> None:
         self._loop = asyncio.new_event_loop()

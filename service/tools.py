@@ -1,34 +1,50 @@
 """OpenAI function calling on top of tokenmold's tool-call shape.
 
-Three translations: ``tool_choice`` + ``tools`` to a ``Shape`` (``grammar.tools``: the calls' JSON is
-generated under each function's parameters schema); the definitions into the prompt (through the
-chat template when it renders tools, otherwise as a system instruction: SmolLM2's template has no
-tools section, and definitions handed to it would never reach the model); and the generated text
-back into OpenAI ``tool_calls``. A call cut off by max_tokens is never returned as a call.
+Three translations, each in the model's tool-call format (``tokenmold.grammar.toolformats``, chosen
+once from the chat template): ``tool_choice`` + ``tools`` to a ``Shape`` (the calls' JSON is
+generated under each function's parameters schema, in the family's own syntax); the definitions
+into the prompt (through the chat template when it renders tools, otherwise as a system
+instruction: SmolLM2's template has no tools section, and definitions handed to it would never
+reach the model); and the generated text back into OpenAI ``tool_calls``. A call cut off by
+max_tokens is never returned as a call.
 """
 
 from __future__ import annotations
 
 import json
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from grammar import Shape
-from grammar.tools import TOOL_CALL_BEGIN, TOOL_CALL_END, Tool, format_tool_call, split_tool_calls
-from schemas.openai import ChatMessage, FunctionCall, NamedToolChoice, ToolCall, ToolChoice, ToolDefinition
-from schemas.verdict import Verdict
-from service.errors import RequestError
+from tokenmold.grammar import CompileOptions, Shape, ShapeKind
+from tokenmold.grammar.toolformats import ToolFormat
+from tokenmold.grammar.tools import Tool
+from tokenmold.schemas.openai import (
+    ChatMessage,
+    ContentPart,
+    FunctionCall,
+    NamedToolChoice,
+    RefusalPart,
+    TextPart,
+    ToolCall,
+    ToolChoice,
+    ToolDefinition,
+)
+from tokenmold.schemas.verdict import Verdict
+from tokenmold.service.errors import RequestError
 
 
-def tool_shape(tools: list[ToolDefinition], choice: ToolChoice, parallel: bool) -> Shape | None:
-    """The shape of the answer for ``choice``; ``None`` for ``"none"`` (plain text)."""
+def tool_shape(
+    tools: list[ToolDefinition], choice: ToolChoice, parallel: bool, *, tool_format: ToolFormat
+) -> Shape | None:
+    """The shape of the answer for ``choice`` in ``tool_format``; ``None`` for ``"none"`` (plain text)."""
     if choice == "none":
         return None
     defined = [
-        Tool(t.function.name, strict=bool(t.function.strict), **(
-            {"parameters": t.function.parameters} if t.function.parameters is not None else {}
-        ))
+        Tool(
+            t.function.name,
+            strict=bool(t.function.strict),
+            **({"parameters": t.function.parameters} if t.function.parameters is not None else {}),
+        )
         for t in tools
     ]
     if isinstance(choice, NamedToolChoice):
@@ -39,16 +55,34 @@ def tool_shape(tools: list[ToolDefinition], choice: ToolChoice, parallel: bool) 
                 f"({', '.join(t.name for t in defined)})",
                 param="tool_choice",
             )
-        return Shape.from_tools(chosen, required=True, parallel=False)
-    return Shape.from_tools(defined, required=choice == "required", parallel=parallel)
+        return Shape.from_tools(chosen, required=True, parallel=False, tool_format=tool_format)
+    return Shape.from_tools(defined, required=choice == "required", parallel=parallel, tool_format=tool_format)
 
 
-def tool_instruction(tools: list[ToolDefinition], choice: ToolChoice) -> str:
+def tools_or_format(calls: Shape, answer: Shape, options: CompileOptions, *, param: str | None) -> Shape:
+    """Tools given together with a response format (the Agents SDK sends both for an agent with
+    tools and an ``output_type``): the model calls tools or answers with one JSON value of
+    ``answer``, both under the one grammar. A required call leaves no room for an answer, so
+    ``calls`` is kept as it is then (the format applies to a later turn's answer). ``param``
+    names the format's field in the error for a format that is not a JSON Schema."""
+    if calls.source.required:
+        return calls
+    if answer.kind is not ShapeKind.JSON_SCHEMA:
+        raise RequestError(f"{param} cannot be combined with tools; only a JSON format can", param=param)
+    return replace(calls, source=replace(calls.source, answer=answer.source, answer_strict=options.strict))
+
+
+def tool_instruction(
+    tools: list[ToolDefinition], choice: ToolChoice, *, tool_format: ToolFormat, answer_json: bool = False
+) -> str:
     """The system-prompt text that tells a model without template tool support what it may call."""
     listing = "\n".join(
         json.dumps(
-            {"name": t.function.name, "description": t.function.description or "",
-             "parameters": t.function.parameters or {"type": "object", "properties": {}}},
+            {
+                "name": t.function.name,
+                "description": t.function.description or "",
+                "parameters": t.function.parameters or {"type": "object", "properties": {}},
+            },
             ensure_ascii=False,
         )
         for t in tools
@@ -57,13 +91,15 @@ def tool_instruction(tools: list[ToolDefinition], choice: ToolChoice) -> str:
         when = f"Call the function {choice.function.name}."
     elif choice == "required":
         when = "You must call one of the functions."
+    elif answer_json:
+        when = "Call a function when it helps to answer; otherwise answer with the JSON object asked for."
     else:
         when = "Call a function when it helps to answer; otherwise answer in plain text."
     return (
         "You can call these functions:\n"
         f"{listing}\n\n"
         "To call a function, write exactly:\n"
-        f'{TOOL_CALL_BEGIN}{{"name": <function name>, "arguments": <arguments as a JSON object>}}{TOOL_CALL_END}\n'
+        f"{tool_format.describe()}\n"
         f"{when}"
     )
 
@@ -74,48 +110,71 @@ def chat_messages(
     tools: list[ToolDefinition] | None,
     choice: ToolChoice,
     template_renders_tools: bool,
+    tool_format: ToolFormat,
+    answer_json: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Messages as chat-template input, and the tool definitions for the template (or ``None`` when
-    they are written into the system message instead, or not offered at all)."""
-    out = [_message(m, template_renders_tools) for m in messages]
+    they are written into the system message instead, or not offered at all). ``answer_json``:
+    the answer other than a call is a JSON value (a response format came with the tools)."""
+    names = {call.id: call.function.name for m in messages for call in m.tool_calls or []}
+    out = [_message(m, template_renders_tools, tool_format, names) for m in messages]
     if not tools or choice == "none":
         return out, None
     if template_renders_tools:
         return out, [t.model_dump(exclude_none=True) for t in tools]
-    instruction = tool_instruction(tools, choice)
-    if out[0]["role"] == "system":
+    instruction = tool_instruction(tools, choice, tool_format=tool_format, answer_json=answer_json)
+    if out and out[0]["role"] == "system":
         out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{instruction}"}
     else:
         out.insert(0, {"role": "system", "content": instruction})
     return out, None
 
 
-def _message(message: ChatMessage, template_renders_tools: bool) -> dict[str, Any]:
+def _message(
+    message: ChatMessage, template_renders_tools: bool, tool_format: ToolFormat, names: dict[str, str]
+) -> dict[str, Any]:
     """One message as the chat template expects it: text content always a string, ``developer``
-    as ``system``; without template tool support, earlier calls and their results are written in
-    the same tagged format the model is asked to produce."""
-    content = message.content if isinstance(message.content, str) else "".join(
-        part.text for part in message.content or []
+    as ``system``, call ids in the form the family's template accepts, a tool result named after
+    its call (templates that print the function's name need it); without template tool support,
+    earlier calls are written in the syntax the model is asked to produce and their results as
+    ``<tool_response>`` user turns."""
+    content = (
+        message.content
+        if isinstance(message.content, str)
+        else "".join(_part_text(part) for part in message.content or [])
     )
     role = "system" if message.role == "developer" else message.role
     if template_renders_tools:
         out: dict[str, Any] = {"role": role, "content": content}
         if message.tool_calls:  # templates expect the arguments as an object, not JSON text
             out["tool_calls"] = [
-                {"id": call.id, "type": "function",
-                 "function": {"name": call.function.name, "arguments": _arguments(call.function.arguments)}}
+                {
+                    "id": tool_format.replay_id(call.id),
+                    "type": "function",
+                    "function": {"name": call.function.name, "arguments": _arguments(call.function.arguments)},
+                }
                 for call in message.tool_calls
             ]
         if message.tool_call_id:
-            out["tool_call_id"] = message.tool_call_id
+            out["tool_call_id"] = tool_format.replay_id(message.tool_call_id)
+            name = message.name or names.get(message.tool_call_id)
+            if name:
+                out["name"] = name
         return out
     if message.tool_calls:
-        content += "".join(
-            format_tool_call(call.function.name, _arguments(call.function.arguments)) for call in message.tool_calls
+        content += tool_format.render_calls(
+            [(call.function.name, _arguments(call.function.arguments)) for call in message.tool_calls]
         )
     if role == "tool":
         return {"role": "user", "content": f"<tool_response>\n{content}\n</tool_response>"}
     return {"role": role, "content": content}
+
+
+def _part_text(part: ContentPart) -> str:
+    """A content part's text; media parts are refused before (``service/api/fields.py``)."""
+    if isinstance(part, TextPart):
+        return part.text
+    return part.refusal if isinstance(part, RefusalPart) else ""
 
 
 def _arguments(text: str) -> Any:
@@ -134,26 +193,21 @@ class ToolAnswer:
     finish_reason: str | None
 
 
-def tool_answer(verdict: Verdict) -> ToolAnswer:
-    """Parse the calls out of a tool-shaped output. Only a complete output whose every call parses
-    yields ``tool_calls`` (finish_reason ``"tool_calls"``); otherwise the raw text is the content
-    and the engine's finish reason stands (``"length"`` for a call cut off), and ``validation`` says
-    what is wrong."""
-    tagged = split_tool_calls(verdict.text)
-    calls = [_parsed_call(body) for body in tagged.calls]
-    if verdict.finish_reason != "stop" or not calls or tagged.unclosed is not None or None in calls:
-        return ToolAnswer(verdict.text or None, None, verdict.finish_reason)
-    return ToolAnswer(tagged.content or None, [call for call in calls if call is not None], "tool_calls")
-
-
-def _parsed_call(body: str) -> ToolCall | None:
-    try:
-        value = json.loads(body)
-    except json.JSONDecodeError:
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or "arguments" not in value:
-        return None
-    return ToolCall(
-        id=f"call_{uuid.uuid4().hex[:24]}",
-        function=FunctionCall(name=value["name"], arguments=json.dumps(value["arguments"], ensure_ascii=False)),
+def tool_answer(verdict: Verdict, *, tool_format: ToolFormat) -> ToolAnswer:
+    """Parse the calls out of a tool-shaped output written in ``tool_format``. Only a complete
+    output whose every call parses yields ``tool_calls`` (finish_reason ``"tool_calls"``, arguments
+    as generated); otherwise the text is the content and the engine's finish reason stands
+    (``"length"`` for a call cut off), and ``validation`` says what is wrong."""
+    split = tool_format.split(verdict.text)
+    calls = [tool_format.read_call(body) for body in split.calls]
+    if verdict.finish_reason != "stop" or not calls or split.unclosed is not None or None in calls:
+        return ToolAnswer(verdict.text.strip() or None, None, verdict.finish_reason)
+    return ToolAnswer(
+        split.content.strip() or None,
+        [
+            ToolCall(id=tool_format.new_call_id(), function=FunctionCall(name=call.name, arguments=call.arguments))
+            for call in calls
+            if call is not None
+        ],
+        "tool_calls",
     )

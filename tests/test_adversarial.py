@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.bench.live_server import LiveServer
+from tokenmold.service.bench.live_server import LiveServer
 
 pytestmark = pytest.mark.engine
 
@@ -29,25 +29,48 @@ def _nested(depth: int) -> dict[str, Any]:
 
 
 def _json_schema(schema: Any, strict: bool = False) -> dict[str, Any]:
-    return {"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": strict}}}
+    return {
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema, "strict": strict}}
+    }
 
 
 #: name -> (request-body extras, expected status, fragment of the error message or None for 200)
 CORPUS: dict[str, tuple[dict[str, Any], int, str | None]] = {
     "nesting_500": (_json_schema(_nested(500)), 400, "max_depth"),
     "enum_100k": (_json_schema({"enum": [f"v{i}" for i in range(100_000)]}), 400, "max_enum_values"),
-    "properties_12k": (_json_schema({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(12_000)}}), 400, "properties"),
+    "properties_12k": (
+        _json_schema({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(12_000)}}),
+        400,
+        "properties",
+    ),
     "min_items_1e9": (_json_schema({"type": "array", "minItems": 10**9}), 400, "max_repeat"),
     "min_length_1e8": (_json_schema({"type": "string", "minLength": 10**8}), 400, "max_repeat"),
-    "recursive_ref_no_base": (_json_schema({"$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}, "required": ["c"]}}, "$ref": "#/$defs/n"}), 400, "base case"),
-    "ref_loop": (_json_schema({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}), 400, "$ref"),
+    "recursive_ref_no_base": (
+        _json_schema(
+            {
+                "$defs": {"n": {"type": "object", "properties": {"c": {"$ref": "#/$defs/n"}}, "required": ["c"]}},
+                "$ref": "#/$defs/n",
+            }
+        ),
+        400,
+        "base case",
+    ),
+    "ref_loop": (
+        _json_schema({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+        400,
+        "$ref",
+    ),
     "remote_ref": (_json_schema({"$ref": "http://example.com/schema.json"}), 400, "$ref"),
     "file_ref": (_json_schema({"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}), 400, "$ref"),
     "wrong_keyword_type": (_json_schema({"type": "object", "properties": {"a": {"type": 5}}}), 400, "/properties/a"),
     "unknown_type": (_json_schema({"type": "nope"}), 400, "nope"),
     "false_schema": (_json_schema(False), 400, None),
     "contradictory_bounds": (_json_schema({"type": "integer", "minimum": 5, "maximum": 1}), 400, "minimum"),
-    "anyof_product": (_json_schema({"allOf": [{"anyOf": [{"required": [f"a{i}"]}, {"required": [f"b{i}"]}]} for i in range(20)]}), 400, None),
+    "anyof_product": (
+        _json_schema({"allOf": [{"anyOf": [{"required": [f"a{i}"]}, {"required": [f"b{i}"]}]} for i in range(20)]}),
+        400,
+        None,
+    ),
     "catastrophic_pattern": (_json_schema({"type": "string", "pattern": "^(a+)+$", "maxLength": 8}), 200, None),
     "malformed_ebnf": ({"grammar": 'root ::= "a" |'}, 400, "line 1"),
     "left_recursive_ebnf": ({"grammar": 'root ::= root "a" | "a"'}, 200, None),
@@ -62,16 +85,32 @@ MODEL: list[str] = ["?"]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[LiveServer]:
     log = tmp_path_factory.mktemp("adversarial") / "serve.log"
-    with LiveServer("--max-model-len", "1024", "--compile-timeout", "5", "--max-body-bytes", str(MAX_BODY),
-                    "--log-level", "warning", log=log) as live:
+    with LiveServer(
+        "--max-model-len",
+        "1024",
+        "--compile-timeout",
+        "5",
+        "--max-body-bytes",
+        str(MAX_BODY),
+        "--log-level",
+        "warning",
+        log=log,
+    ) as live:
         MODEL[0] = live.model_id()
         yield live
     assert not live.left_processes_behind, "the server left processes behind"
 
 
-async def _chat(http: httpx.AsyncClient, extras: dict[str, Any], max_tokens: int = 16) -> tuple[int, dict[str, Any], float]:
-    body = {"model": MODEL[0], "messages": [{"role": "user", "content": "Answer."}], "max_tokens": max_tokens,
-            "temperature": 0, **extras}
+async def _chat(
+    http: httpx.AsyncClient, extras: dict[str, Any], max_tokens: int = 16
+) -> tuple[int, dict[str, Any], float]:
+    body = {
+        "model": MODEL[0],
+        "messages": [{"role": "user", "content": "Answer."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **extras,
+    }
     started = time.monotonic()
     response = await http.post("/v1/chat/completions", json=body)
     return response.status_code, response.json(), time.monotonic() - started
@@ -93,7 +132,8 @@ def test_adversarial_corpus_under_concurrent_traffic(server: LiveServer) -> None
             latencies: list[float] = []
             failures: list[str] = []
             bystanders = [asyncio.create_task(_bystander(http, stop, latencies, failures)) for _ in range(2)]
-            results = dict(zip(CORPUS, await asyncio.gather(*(_chat(http, extras) for extras, _, _ in CORPUS.values()))))
+            answers = await asyncio.gather(*(_chat(http, extras) for extras, _, _ in CORPUS.values()))
+            results = dict(zip(CORPUS, answers, strict=True))
             stop.set()
             await asyncio.gather(*bystanders)
             return results, latencies, failures
@@ -114,12 +154,16 @@ def test_adversarial_corpus_under_concurrent_traffic(server: LiveServer) -> None
 
 
 def test_malformed_json_body_is_400(server: LiveServer) -> None:
-    response = httpx.post(f"{server.url}/v1/chat/completions", content=b'{"messages": [', headers={"Content-Type": "application/json"})
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions", content=b'{"messages": [', headers={"Content-Type": "application/json"}
+    )
     assert response.status_code == 400 and response.json()["error"]["message"]
 
 
 def test_ten_megabyte_body_is_413_and_the_server_survives(server: LiveServer) -> None:
     huge = json.dumps({"model": MODEL[0], "messages": [{"role": "user", "content": "x" * 10_000_000}]})
-    response = httpx.post(f"{server.url}/v1/chat/completions", content=huge, headers={"Content-Type": "application/json"}, timeout=60)
+    response = httpx.post(
+        f"{server.url}/v1/chat/completions", content=huge, headers={"Content-Type": "application/json"}, timeout=60
+    )
     assert response.status_code == 413 and str(MAX_BODY) in response.json()["error"]["message"]
     assert httpx.get(f"{server.url}/health").status_code == 200

@@ -19,7 +19,7 @@ import openai
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.bench.live_server import LiveServer
+from tokenmold.service.bench.live_server import LiveServer
 
 pytestmark = pytest.mark.engine
 
@@ -50,10 +50,24 @@ WEATHER_PARAMS = {
     "additionalProperties": False,
 }
 TOOLS = [
-    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
-                                      "parameters": WEATHER_PARAMS, "strict": True}},
-    {"type": "function", "function": {"name": "get_time", "description": "Current time in a city",
-                                      "parameters": WEATHER_PARAMS, "strict": True}},
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": WEATHER_PARAMS,
+            "strict": True,
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Current time in a city",
+            "parameters": WEATHER_PARAMS,
+            "strict": True,
+        },
+    },
 ]
 WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
@@ -63,8 +77,19 @@ def server(tmp_path_factory) -> Iterator[str]:
     """``tokenmold serve`` in its own process group; every process of the group is gone afterwards."""
     log = tmp_path_factory.mktemp("server") / "serve.log"
     with LiveServer(
-        "--api-key", KEY, "--max-model-len", "1024", "--compile-timeout", "2", "--compile-workers", "2",
-        "--max-body-bytes", str(MAX_BODY), "--log-level", "warning", log=log,
+        "--api-key",
+        KEY,
+        "--max-model-len",
+        "1024",
+        "--compile-timeout",
+        "1",
+        "--compile-workers",
+        "2",
+        "--max-body-bytes",
+        str(MAX_BODY),
+        "--log-level",
+        "warning",
+        log=log,
     ) as live:
         yield live.url
     assert not live.left_processes_behind, "the server left processes behind"
@@ -84,8 +109,11 @@ def _validation(choice) -> dict:
 
 def test_parse_returns_a_parsed_object(client) -> None:
     completion = client.chat.completions.parse(
-        model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}],
-        response_format=Animal, max_tokens=40, temperature=0,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Give me an animal as JSON."}],
+        response_format=Animal,
+        max_tokens=40,
+        temperature=0,
     )
     choice = completion.choices[0]
     assert isinstance(choice.message.parsed, Animal)
@@ -94,31 +122,64 @@ def test_parse_returns_a_parsed_object(client) -> None:
 
 
 def test_too_few_tokens_is_a_length_error(client) -> None:
+    class Story(BaseModel):
+        story: str
+
     with pytest.raises(openai.LengthFinishReasonError) as exc:
         client.chat.completions.parse(
-            model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}],
-            response_format=Animal, max_tokens=3, temperature=0,
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell a long story about a dragon, as JSON."}],
+            response_format=Story,
+            max_tokens=9,
+            temperature=0,
         )
     assert _validation(exc.value.completion.choices[0])["status"] == "truncated"
 
 
+def test_a_budget_below_the_shortest_output_is_400(client) -> None:
+    many = {"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": 200}
+    with pytest.raises(openai.BadRequestError) as exc:
+        client.chat.completions.create(
+            model=MODEL,
+            messages=WEATHER_QUESTION,
+            max_tokens=20,
+            response_format={"type": "json_schema", "json_schema": {"name": "many", "schema": many}},
+        )
+    assert exc.value.body["code"] == "budget_too_small" and exc.value.body["param"] == "max_tokens"
+    assert "max_tokens=20" in exc.value.body["message"] and "tokens" in exc.value.body["message"]
+
+
 def test_extensions_regex_choice_grammar_and_completions(client) -> None:
     date = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "When did World War 2 end?"}],
-        max_tokens=12, temperature=0, extra_body={"regex": r"\d{4}-\d{2}-\d{2}"},
+        model=MODEL,
+        messages=[{"role": "user", "content": "When did World War 2 end?"}],
+        max_tokens=12,
+        temperature=0,
+        extra_body={"regex": r"\d{4}-\d{2}-\d{2}"},
     )
     assert len(date.choices[0].message.content) == 10 and _validation(date.choices[0])["status"] == "accepted"
     legacy = client.completions.create(
-        model=MODEL, prompt="Q: Is the sky blue?\nA:", max_tokens=4, temperature=0,
+        model=MODEL,
+        prompt="Q: Is the sky blue?\nA:",
+        max_tokens=4,
+        temperature=0,
         extra_body={"grammar": 'root ::= " yes" | " no"'},
     )
-    assert legacy.choices[0].text in {" yes", " no"} and legacy.choices[0].model_extra["validation"]["status"] == "accepted"
+    assert (
+        legacy.choices[0].text in {" yes", " no"}
+        and legacy.choices[0].model_extra["validation"]["status"] == "accepted"
+    )
 
 
 def test_logprobs_are_taken_after_the_grammar_mask(client) -> None:
     completion = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Is water wet?"}], max_tokens=3, temperature=0,
-        logprobs=True, top_logprobs=5, extra_body={"choice": ["yes", "no"]},
+        model=MODEL,
+        messages=[{"role": "user", "content": "Is water wet?"}],
+        max_tokens=3,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=5,
+        extra_body={"choice": ["yes", "no"]},
     )
     first = completion.choices[0].logprobs.content[0]
     assert first.top_logprobs, "the legal tokens are listed"
@@ -140,8 +201,13 @@ def _check_calls(choice, names: set[str]) -> None:
 
 def test_required_tool_call(client) -> None:
     completion = client.chat.completions.create(
-        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice="required",
-        parallel_tool_calls=False, max_tokens=40, temperature=0,
+        model=MODEL,
+        messages=WEATHER_QUESTION,
+        tools=TOOLS,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=40,
+        temperature=0,
     )
     _check_calls(completion.choices[0], {"get_weather", "get_time"})
     assert len(completion.choices[0].message.tool_calls) == 1
@@ -149,8 +215,12 @@ def test_required_tool_call(client) -> None:
 
 def test_named_tool_call_parses_with_the_sdk(client) -> None:
     completion = client.chat.completions.parse(
-        model=MODEL, messages=WEATHER_QUESTION, tools=[openai.pydantic_function_tool(GetWeather)],
-        tool_choice={"type": "function", "function": {"name": "GetWeather"}}, max_tokens=40, temperature=0,
+        model=MODEL,
+        messages=WEATHER_QUESTION,
+        tools=[openai.pydantic_function_tool(GetWeather)],
+        tool_choice={"type": "function", "function": {"name": "GetWeather"}},
+        max_tokens=40,
+        temperature=0,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "tool_calls"
@@ -159,7 +229,11 @@ def test_named_tool_call_parses_with_the_sdk(client) -> None:
 
 def test_auto_tool_choice_is_a_call_or_text(client) -> None:
     completion = client.chat.completions.create(
-        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, max_tokens=40, temperature=0,
+        model=MODEL,
+        messages=WEATHER_QUESTION,
+        tools=TOOLS,
+        max_tokens=40,
+        temperature=0,
     )
     choice = completion.choices[0]
     if choice.message.tool_calls:
@@ -171,7 +245,12 @@ def test_auto_tool_choice_is_a_call_or_text(client) -> None:
 
 def test_a_cut_off_call_is_length_and_never_half_a_call(client) -> None:
     completion = client.chat.completions.create(
-        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice="required", max_tokens=6, temperature=0,
+        model=MODEL,
+        messages=WEATHER_QUESTION,
+        tools=TOOLS,
+        tool_choice="required",
+        max_tokens=6,
+        temperature=0,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "length" and not choice.message.tool_calls
@@ -184,9 +263,16 @@ def test_a_cut_off_call_is_length_and_never_half_a_call(client) -> None:
 
 def test_streaming_reassembles_to_valid_json(client) -> None:
     stream = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}], max_tokens=40,
-        temperature=0, stream=True, stream_options={"include_usage": True},
-        response_format={"type": "json_schema", "json_schema": {"name": "animal", "schema": Animal.model_json_schema()}},
+        model=MODEL,
+        messages=[{"role": "user", "content": "Give me an animal as JSON."}],
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "animal", "schema": Animal.model_json_schema()},
+        },
     )
     chunks = list(stream)
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -199,15 +285,24 @@ def test_streaming_reassembles_to_valid_json(client) -> None:
 
 def test_stream_never_splits_a_character_nor_leaks_a_stop_string(client) -> None:
     coffee = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Coffee?"}], max_tokens=20, temperature=0, stream=True,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Coffee?"}],
+        max_tokens=20,
+        temperature=0,
+        stream=True,
         extra_body={"choice": ["☕ café ☕"]},
     )
     pieces = [c.choices[0].delta.content for c in coffee if c.choices and c.choices[0].delta.content]
     assert "".join(pieces) == "☕ café ☕"
     assert all("\ufffd" not in piece for piece in pieces)
     stopped = client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Say it."}], max_tokens=20, temperature=0, stream=True,
-        stop=["STOP"], extra_body={"choice": ["Hello STOP world"]},
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say it."}],
+        max_tokens=20,
+        temperature=0,
+        stream=True,
+        stop=["STOP"],
+        extra_body={"choice": ["Hello STOP world"]},
     )
     chunks = [c.choices[0] for c in stopped if c.choices]
     pieces = [c.delta.content or "" for c in chunks]
@@ -215,16 +310,107 @@ def test_stream_never_splits_a_character_nor_leaks_a_stop_string(client) -> None
     assert chunks[-1].finish_reason == "stop"
 
 
-def test_streamed_tool_calls_arrive_in_the_last_chunk(client) -> None:
+def _reassembled(chunks) -> dict[int, dict]:
+    """Each streamed call by index: its id and name (first piece) and its argument fragments."""
+    calls: dict[int, dict] = {}
+    for chunk in chunks:
+        for piece in chunk.delta.tool_calls or []:
+            call = calls.setdefault(piece.index, {"id": None, "name": None, "fragments": []})
+            if piece.id:
+                assert call["id"] is None, "a call's id comes once, in its first piece"
+                call["id"], call["name"] = piece.id, piece.function.name
+            elif piece.function.arguments:
+                call["fragments"].append(piece.function.arguments)
+    return calls
+
+
+def test_a_streamed_tool_call_arrives_as_name_then_argument_fragments(client) -> None:
     stream = client.chat.completions.create(
-        model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice={"type": "function", "function": {"name": "get_weather"}},
-        max_tokens=40, temperature=0, stream=True,
+        model=MODEL,
+        messages=WEATHER_QUESTION,
+        tools=TOOLS,
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        max_tokens=40,
+        temperature=0,
+        stream=True,
     )
     chunks = [c.choices[0] for c in stream if c.choices]
-    assert chunks[-1].finish_reason == "tool_calls"
-    (call,) = chunks[-1].delta.tool_calls
-    assert call.function.name == "get_weather"
-    jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
+    calls = _reassembled(chunks)
+    assert list(calls) == [0]
+    call = calls[0]
+    assert call["id"].startswith("call_") and call["name"] == "get_weather"
+    assert len(call["fragments"]) >= 3, call["fragments"]
+    jsonschema.validate(json.loads("".join(call["fragments"])), WEATHER_PARAMS)
+    assert chunks[-1].finish_reason == "tool_calls" and _validation(chunks[-1])["status"] == "accepted"
+
+
+def test_the_sdk_stream_helper_reassembles_streamed_calls(client) -> None:
+    """``client.chat.completions.stream`` merges the deltas itself: its argument-delta events and its
+    final completion (with parsed arguments) must agree with what was streamed."""
+    with client.chat.completions.stream(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Weather in Paris and in Rome?"}],
+        tools=[openai.pydantic_function_tool(GetWeather)],
+        tool_choice="required",
+        parallel_tool_calls=True,
+        max_tokens=80,
+        temperature=0,
+    ) as stream:
+        deltas: dict[int, list[str]] = {}
+        for event in stream:
+            if event.type == "tool_calls.function.arguments.delta":
+                deltas.setdefault(event.index, []).append(event.arguments_delta)
+        final = stream.get_final_completion()
+    choice = final.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    assert [call.function.name for call in choice.message.tool_calls] == ["GetWeather"] * len(deltas)
+    for index, call in enumerate(choice.message.tool_calls):
+        assert len(deltas[index]) >= 3 and "".join(deltas[index]) == call.function.arguments
+        assert isinstance(call.function.parsed_arguments, GetWeather)
+
+
+def test_a_streamed_answer_with_tools_is_the_blocking_answer(client) -> None:
+    """Same request, streamed and not (greedy): the same text and calls, text before the end."""
+    fields = dict(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Say hello to Ada in one sentence."}],
+        tools=TOOLS,
+        max_tokens=30,
+        temperature=0,
+    )
+    blocking = client.chat.completions.create(**fields).choices[0]
+    chunks = [c.choices[0] for c in client.chat.completions.create(**fields, stream=True) if c.choices]
+    content = [c.delta.content for c in chunks if c.delta.content]
+    assert "".join(content) == (blocking.message.content or "")
+    calls = _reassembled(chunks)
+    assert [(c["name"], "".join(c["fragments"])) for c in calls.values()] == [
+        (call.function.name, call.function.arguments) for call in blocking.message.tool_calls or []
+    ]
+    assert chunks[-1].finish_reason == blocking.finish_reason
+    if blocking.message.content and len(blocking.message.content) > 10:
+        assert not chunks[1].finish_reason and chunks[1].delta.content, "text streams as it is generated"
+
+
+def test_a_streamed_call_cut_off_is_never_a_call(client) -> None:
+    with pytest.raises(openai.LengthFinishReasonError):
+        with client.chat.completions.stream(
+            model=MODEL,
+            messages=WEATHER_QUESTION,
+            tools=[openai.pydantic_function_tool(GetWeather)],
+            tool_choice="required",
+            max_tokens=10,
+            temperature=0,
+        ) as stream:
+            for _ in stream:
+                pass
+    chunks = [
+        c.choices[0]
+        for c in client.chat.completions.create(
+            model=MODEL, messages=WEATHER_QUESTION, tools=TOOLS, tool_choice="required", max_tokens=10, stream=True
+        )
+        if c.choices
+    ]
+    assert chunks[-1].finish_reason == "length" and _validation(chunks[-1])["status"] == "truncated"
 
 
 # ---------------------------------------------------------------- errors, limits, modes
@@ -233,14 +419,22 @@ def test_streamed_tool_calls_arrive_in_the_last_chunk(client) -> None:
 def test_bad_shapes_are_400_with_the_reason(client) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         client.chat.completions.create(
-            model=MODEL, messages=WEATHER_QUESTION, max_tokens=5,
-            response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {
-                "type": "object", "properties": {"a": {"type": "nonsense"}}}}},
+            model=MODEL,
+            messages=WEATHER_QUESTION,
+            max_tokens=5,
+            response_format={
+                "type": "json_schema",
+                "json_schema": {"name": "x", "schema": {"type": "object", "properties": {"a": {"type": "nonsense"}}}},
+            },
         )
     assert "/properties/a/type" in exc.value.message and "keyword 'type'" in exc.value.message
-    assert exc.value.body["code"] == "invalid_schema" and exc.value.body["param"] == "response_format.json_schema.schema"
+    assert (
+        exc.value.body["code"] == "invalid_schema" and exc.value.body["param"] == "response_format.json_schema.schema"
+    )
     with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(model=MODEL, messages=WEATHER_QUESTION, extra_body={"grammar": "root ::= missing"})
+        client.chat.completions.create(
+            model=MODEL, messages=WEATHER_QUESTION, extra_body={"grammar": "root ::= missing"}
+        )
     assert exc.value.body["code"] == "invalid_grammar" and "line 1" in exc.value.message
     with pytest.raises(openai.BadRequestError) as exc:
         client.chat.completions.create(model=MODEL, messages=WEATHER_QUESTION, extra_body={"temperature": 7})
@@ -249,7 +443,9 @@ def test_bad_shapes_are_400_with_the_reason(client) -> None:
 
 def test_too_long_a_prompt_and_an_unknown_model(client) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
-        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "word " * 1500}], max_tokens=2)
+        client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "word " * 1500}], max_tokens=2
+        )
     assert exc.value.body["code"] == "context_length_exceeded"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=WEATHER_QUESTION, max_tokens=2)
@@ -284,16 +480,23 @@ def test_a_body_too_large_is_413(server) -> None:
 def test_reject_unaccepted_header_gives_422_with_the_verdict(client) -> None:
     with pytest.raises(openai.UnprocessableEntityError) as exc:
         client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}], max_tokens=2,
-            temperature=0, response_format={"type": "json_object"},
+            model=MODEL,
+            messages=[{"role": "user", "content": "Give me an animal as JSON."}],
+            max_tokens=2,
+            temperature=0,
+            response_format={"type": "json_object"},
             extra_headers={"X-Tokenmold-Reject-Unaccepted": "true"},
         )
     error = exc.value.body
     assert error["code"] == "unaccepted_output" and "truncated" in error["message"]
     assert error["validation"][0]["errors"][0]["keyword"] == "finish_reason"
     stream = client.chat.completions.create(  # a stream has sent its 200: it ends with an error event
-        model=MODEL, messages=[{"role": "user", "content": "Give me an animal as JSON."}], max_tokens=2,
-        temperature=0, response_format={"type": "json_object"}, stream=True,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Give me an animal as JSON."}],
+        max_tokens=2,
+        temperature=0,
+        response_format={"type": "json_object"},
+        stream=True,
         extra_headers={"X-Tokenmold-Reject-Unaccepted": "true"},
     )
     with pytest.raises(openai.APIError) as exc:
@@ -302,10 +505,22 @@ def test_reject_unaccepted_header_gives_422_with_the_verdict(client) -> None:
 
 
 def test_concurrent_mixed_requests_are_all_right(client) -> None:
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"ok": {"type": "boolean"}},
+        "required": ["ok"],
+        "additionalProperties": False,
+    }
     kinds = {
-        "json": ({"response_format": {"type": "json_schema", "json_schema": {"name": "ok", "schema": schema, "strict": True}}},
-                 lambda text: json.loads(text)["ok"] in (True, False)),
+        "json": (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "ok", "schema": schema, "strict": True},
+                }
+            },
+            lambda text: json.loads(text)["ok"] in (True, False),
+        ),
         "regex": ({"extra_body": {"regex": "[0-9]{3}"}}, lambda text: len(text) == 3 and text.isdigit()),
         "choice": ({"extra_body": {"choice": ["red", "green"]}}, lambda text: text in {"red", "green"}),
         "text": ({}, lambda text: isinstance(text, str)),
@@ -314,7 +529,11 @@ def test_concurrent_mixed_requests_are_all_right(client) -> None:
     def one(kind: str):
         fields, check = kinds[kind]
         completion = client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Answer briefly."}], max_tokens=24, temperature=0, **fields
+            model=MODEL,
+            messages=[{"role": "user", "content": "Answer briefly."}],
+            max_tokens=24,
+            temperature=0,
+            **fields,
         )
         return kind, completion.choices[0], check
 
@@ -333,8 +552,13 @@ def test_seeded_requests_in_chunked_prefills_do_not_kill_the_engine(server) -> N
     long_prompt = "Count the animals: " + "cat dog bird " * 220  # ~700 tokens: batches exceed the budget
 
     def one(i: int) -> int:
-        body = {"model": MODEL, "messages": [{"role": "user", "content": long_prompt}], "max_tokens": 2,
-                "temperature": 0.8, "seed": i}
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": long_prompt}],
+            "max_tokens": 2,
+            "temperature": 0.8,
+            "seed": i,
+        }
         return httpx.post(f"{server}/v1/chat/completions", json=body, headers=auth, timeout=300).status_code
 
     with ThreadPoolExecutor(12) as pool:
@@ -344,12 +568,15 @@ def test_seeded_requests_in_chunked_prefills_do_not_kill_the_engine(server) -> N
 
 def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
     tag = uuid.uuid4().hex[:6]  # a fresh shape: compile failures are cached
-    slow = '[^"]{1,255}-[^"]{1,255}-' + tag  # seconds of xgrammar token-mask precomputation
+    slow = '[^"]{1,255}-[^"]{1,255}-[^"]{1,255}-' + tag  # 1.8-4 s of xgrammar mask precomputation: past 1 s
 
     def slow_request() -> tuple[float, Exception | None]:
         try:
             client.chat.completions.create(
-                model=MODEL, messages=WEATHER_QUESTION, max_tokens=4, extra_body={"regex": slow},
+                model=MODEL,
+                messages=WEATHER_QUESTION,
+                max_tokens=4,
+                extra_body={"regex": slow},
             )
         except openai.BadRequestError as exc:
             return time.monotonic(), exc
@@ -357,7 +584,10 @@ def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
 
     def quick_request() -> openai.types.chat.ChatCompletion:
         return client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "Is the sky blue?"}], max_tokens=2, temperature=0,
+            model=MODEL,
+            messages=[{"role": "user", "content": "Is the sky blue?"}],
+            max_tokens=2,
+            temperature=0,
             extra_body={"choice": ["yes", "no"]},
         )
 
@@ -378,12 +608,17 @@ def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
 
 def test_metrics_count_requests_tokens_verdicts_and_the_cache(server, client) -> None:
     client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Is the sky blue?"}], max_tokens=3, temperature=0,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Is the sky blue?"}],
+        max_tokens=3,
+        temperature=0,
         extra_body={"choice": ["yes", "no"]},
     )
     text = httpx.get(f"{server}/metrics", headers={"Authorization": f"Bearer {KEY}"}).text
     samples = {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#")
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
     }
     assert samples['tokenmold_requests_total{route="/v1/chat/completions",status="200"}'] >= 1
     assert samples['tokenmold_verdicts_total{status="accepted"}'] >= 1
@@ -404,11 +639,12 @@ FUZZ_MAX_TOKENS = 4
 def _clamp_generation(body: object) -> None:
     if isinstance(body, dict):
         body["model"] = MODEL
-        for field in ("max_tokens", "max_completion_tokens", "min_tokens"):
+        for field in ("max_tokens", "max_completion_tokens", "max_output_tokens", "min_tokens"):
             if isinstance(body.get(field), int):
                 body[field] = max(0, min(body[field], FUZZ_MAX_TOKENS))
-        if "max_tokens" not in body and "max_completion_tokens" not in body:
-            body["max_tokens"] = FUZZ_MAX_TOKENS
+        limit = "max_output_tokens" if "input" in body else "max_tokens"  # /v1/responses names it so
+        if not {"max_tokens", "max_completion_tokens", "max_output_tokens"} & set(body):
+            body[limit] = FUZZ_MAX_TOKENS
         if isinstance(body.get("n"), int):
             body["n"] = max(1, min(body["n"], 2))
 
@@ -416,14 +652,16 @@ def _clamp_generation(body: object) -> None:
 def test_openapi_document_is_behind_the_key(server) -> None:
     assert httpx.get(f"{server}/openapi.json").status_code == 401
     document = httpx.get(f"{server}/openapi.json", headers={"Authorization": f"Bearer {KEY}"}).json()
-    assert {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health"} <= set(document["paths"])
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/models", "/health"} <= set(
+        document["paths"]
+    )
 
 
 def test_schemathesis_finds_no_server_error_and_every_response_conforms(server) -> None:
     import schemathesis
     from hypothesis import given, settings
-    from strategies import exploration_settings
     from schemathesis.specs.openapi.checks import positive_data_acceptance
+    from strategies import exploration_settings
 
     auth = {"Authorization": f"Bearer {KEY}"}
     schema = schemathesis.openapi.from_dict(httpx.get(f"{server}/openapi.json", headers=auth).json())
@@ -439,9 +677,10 @@ def test_schemathesis_finds_no_server_error_and_every_response_conforms(server) 
         @given(case=operation.as_strategy())
         def exercise(case) -> None:
             _clamp_generation(case.body)
-            print(operation.label, json.dumps(case.body, default=str)[:2000], flush=True)  # shown on failure
+            label = operation.label  # noqa: B023  (exercise runs at once, inside the loop)
+            print(label, json.dumps(case.body, default=str)[:2000], flush=True)  # shown on failure
             response = case.call(base_url=server, headers=auth, timeout=120)
-            calls.append((operation.label, response.status_code))
+            calls.append((label, response.status_code))
             case.validate_response(response, excluded_checks=excluded)
 
         exercise()

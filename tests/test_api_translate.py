@@ -12,15 +12,16 @@ import pytest
 from fastapi import Depends, FastAPI
 from fastapi.testclient import TestClient
 
-from grammar import ShapeKind
-from grammar.errors import CompileTimeout, LimitExceeded, SchemaError
-from schemas.openai import ChatCompletionRequest, CompletionRequest, StreamOptions
-from schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
-from service.api import errors
-from service.api.body import BodyLimit
-from service.api.deps import REJECT_HEADER, reject_unaccepted, require_api_key
-from service.api.settings import ServerSettings
-from service.api.translate import (
+from tokenmold.grammar import ShapeKind
+from tokenmold.grammar.errors import CompileTimeout, LimitExceeded, SchemaError
+from tokenmold.grammar.toolformats import HERMES
+from tokenmold.schemas.openai import ChatCompletionRequest, CompletionRequest, StreamOptions
+from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
+from tokenmold.service.api import errors
+from tokenmold.service.api.body import BodyLimit
+from tokenmold.service.api.deps import REJECT_HEADER, reject_unaccepted, require_api_key
+from tokenmold.service.api.settings import ServerSettings
+from tokenmold.service.api.translate import (
     ChatStream,
     CompletionStream,
     chat_plan,
@@ -29,11 +30,11 @@ from service.api.translate import (
     completion_response,
     unaccepted,
 )
-from service.errors import EngineUnavailable, ModelNotFound, PromptTooLong, RequestError, Unaccepted
-from service.reasoning import ReasoningMarkers
-from service.runtime import Completion, GenerationResult, StreamDelta
+from tokenmold.service.errors import EngineUnavailable, ModelNotFound, PromptTooLong, RequestError, Unaccepted
+from tokenmold.service.reasoning import ReasoningMarkers
+from tokenmold.service.runtime import Completion, GenerationResult, StreamDelta
 
-MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False)
+MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
 USER = [{"role": "user", "content": "hi"}]
 
@@ -42,10 +43,19 @@ def chat(**fields) -> ChatCompletionRequest:
     return ChatCompletionRequest.model_validate({"model": "m", "messages": USER, **fields})
 
 
-def verdict(text: str, status: VerdictStatus = VerdictStatus.ACCEPTED, finish_reason: str = "stop", tokens: int = 3) -> Verdict:
-    errors_ = [] if status is VerdictStatus.ACCEPTED else [VerdictError(path="", keyword="finish_reason", message="cut off")]
-    return Verdict(status=status, finish_reason=finish_reason, text=text, errors=errors_,
-                   usage=Usage(prompt_tokens=5, completion_tokens=tokens, total_tokens=5 + tokens))
+def verdict(
+    text: str, status: VerdictStatus = VerdictStatus.ACCEPTED, finish_reason: str = "stop", tokens: int = 3
+) -> Verdict:
+    errors_ = (
+        [] if status is VerdictStatus.ACCEPTED else [VerdictError(path="", keyword="finish_reason", message="cut off")]
+    )
+    return Verdict(
+        status=status,
+        finish_reason=finish_reason,
+        text=text,
+        errors=errors_,
+        usage=Usage(prompt_tokens=5, completion_tokens=tokens, total_tokens=5 + tokens),
+    )
 
 
 def lp(logprob: float, rank: int, token: str) -> SimpleNamespace:
@@ -57,7 +67,10 @@ def lp(logprob: float, rank: int, token: str) -> SimpleNamespace:
 
 
 def test_response_formats_become_shapes() -> None:
-    plan = chat_plan(chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}), MODEL)
+    plan = chat_plan(
+        chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": SCHEMA, "strict": True}}),
+        MODEL,
+    )
     assert plan.shape.kind is ShapeKind.JSON_SCHEMA and plan.shape.source == SCHEMA
     assert plan.options.strict and plan.shape_param == "response_format.json_schema.schema"
     plan = chat_plan(chat(response_format={"type": "json_object"}), MODEL)
@@ -68,7 +81,11 @@ def test_response_formats_become_shapes() -> None:
 
 @pytest.mark.parametrize(
     "field, value, kind",
-    [("grammar", 'root ::= "a"', ShapeKind.EBNF), ("regex", "[0-9]+", ShapeKind.REGEX), ("choice", ["yes", "no"], ShapeKind.CHOICE)],
+    [
+        ("grammar", 'root ::= "a"', ShapeKind.EBNF),
+        ("regex", "[0-9]+", ShapeKind.REGEX),
+        ("choice", ["yes", "no"], ShapeKind.CHOICE),
+    ],
 )
 def test_extensions_become_shapes(field, value, kind) -> None:
     plan = chat_plan(chat(**{field: value}), MODEL)
@@ -81,12 +98,21 @@ def test_extensions_become_shapes(field, value, kind) -> None:
     "fields, param",
     [
         ({"regex": "a", "choice": ["a"]}, "choice"),
-        ({"response_format": {"type": "json_object"}, "tools": [{"type": "function", "function": {"name": "f"}}]}, "response_format"),
+        (
+            {"regex": "a+", "tools": [{"type": "function", "function": {"name": "f"}}]},
+            "regex",
+        ),
         ({"tool_choice": "required"}, "tool_choice"),
         ({"top_logprobs": 2}, "top_logprobs"),
         ({"logit_bias": {"hello": 1}}, "logit_bias"),
         ({"logit_bias": {"999999": 1}}, "logit_bias"),
-        ({"tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
+        (
+            {
+                "tools": [{"type": "function", "function": {"name": "f"}}],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+        ),
     ],
 )
 def test_conflicting_or_bad_requests_are_refused_with_the_field(fields, param) -> None:
@@ -96,11 +122,28 @@ def test_conflicting_or_bad_requests_are_refused_with_the_field(fields, param) -
 
 
 def test_sampling_fields_map_onto_sampling_options() -> None:
-    plan = chat_plan(chat(
-        max_tokens=10, max_completion_tokens=7, temperature=0, top_p=0.5, top_k=4, min_p=0.1, seed=3, stop="END",
-        logit_bias={"42": -100}, presence_penalty=0.5, frequency_penalty=0.25, repetition_penalty=1.1, n=2,
-        min_tokens=1, ignore_eos=True, logprobs=True, top_logprobs=3,
-    ), MODEL)
+    plan = chat_plan(
+        chat(
+            max_tokens=10,
+            max_completion_tokens=7,
+            temperature=0,
+            top_p=0.5,
+            top_k=4,
+            min_p=0.1,
+            seed=3,
+            stop="END",
+            logit_bias={"42": -100},
+            presence_penalty=0.5,
+            frequency_penalty=0.25,
+            repetition_penalty=1.1,
+            n=2,
+            min_tokens=1,
+            ignore_eos=True,
+            logprobs=True,
+            top_logprobs=3,
+        ),
+        MODEL,
+    )
     s = plan.sampling
     assert (s.max_tokens, s.temperature, s.top_p, s.top_k, s.min_p, s.seed) == (7, 0, 0.5, 4, 0.1, 3)
     assert (s.stop, s.logit_bias, s.n, s.min_tokens, s.ignore_eos, s.logprobs) == (["END"], {42: -100}, 2, 1, True, 3)
@@ -121,7 +164,12 @@ def test_unknown_fields_and_several_prompts_are_refused() -> None:
 def test_tools_plan_builds_the_tool_shape_and_the_prompt() -> None:
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": SCHEMA}}]
     plan = chat_plan(chat(tools=tools, tool_choice="required", parallel_tool_calls=False), MODEL)
-    assert plan.tools and plan.shape_param == "tools" and plan.shape.source.required and not plan.shape.source.parallel
+    assert (
+        plan.tool_format is HERMES
+        and plan.shape_param == "tools"
+        and plan.shape.source.required
+        and not plan.shape.source.parallel
+    )
     assert "get_weather" in plan.prompt.messages[0]["content"] and plan.prompt.tools is None
     assert chat_plan(chat(tools=tools), MODEL).shape.source.required is False  # auto by default
     none = chat_plan(chat(tools=tools, tool_choice="none"), MODEL)
@@ -134,12 +182,22 @@ def test_tools_plan_builds_the_tool_shape_and_the_prompt() -> None:
 def test_chat_response_carries_validation_and_the_engines_finish_reason() -> None:
     plan = chat_plan(chat(response_format={"type": "json_object"}), MODEL)
     result = GenerationResult(
-        [Completion(0, verdict('{"a": 1}'), [1, 2, 3]), Completion(1, verdict('{"a"', VerdictStatus.TRUNCATED, "length"), [1])],
-        compiled=None, prompt_tokens=5,
+        [
+            Completion(0, verdict('{"a": 1}'), [1, 2, 3]),
+            Completion(1, verdict('{"a"', VerdictStatus.TRUNCATED, "length"), [1]),
+        ],
+        compiled=None,
+        prompt_tokens=5,
     )
     body = chat_response(result, plan, model="m").model_dump(mode="json")
     first, second = body["choices"]
-    assert first["message"] == {"role": "assistant", "content": '{"a": 1}', "refusal": None, "tool_calls": None, "reasoning_content": None}
+    assert first["message"] == {
+        "role": "assistant",
+        "content": '{"a": 1}',
+        "refusal": None,
+        "tool_calls": None,
+        "reasoning_content": None,
+    }
     assert first["finish_reason"] == "stop" and first["validation"]["status"] == "accepted"
     assert second["finish_reason"] == "length" and second["validation"]["errors"][0]["keyword"] == "finish_reason"
     assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
@@ -154,14 +212,18 @@ def test_logprobs_leave_out_what_the_grammar_masked() -> None:
     assert (entry.token, entry.logprob, entry.bytes) == ("yes", -0.1, list(b"yes"))
     assert [t.token for t in entry.top_logprobs] == ["yes", "no"]
     json.dumps(chat_response(result, plan, model="m").model_dump(mode="json"), allow_nan=False)
-    legacy = completion_response(result, completion_plan(CompletionRequest(model="m", prompt="x", logprobs=1), MODEL), model="m")
+    legacy = completion_response(
+        result, completion_plan(CompletionRequest(model="m", prompt="x", logprobs=1), MODEL), model="m"
+    )
     assert legacy.choices[0].logprobs.tokens == ["yes"] and legacy.choices[0].logprobs.top_logprobs == [{"yes": -0.1}]
 
 
 def test_tool_answers_become_tool_calls() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
     plan = chat_plan(chat(tools=tools, tool_choice="required"), MODEL)
-    result = GenerationResult([Completion(0, verdict('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'), [1])], None, 5)
+    result = GenerationResult(
+        [Completion(0, verdict('<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'), [1])], None, 5
+    )
     choice = chat_response(result, plan, model="m").choices[0]
     assert choice.finish_reason == "tool_calls" and choice.message.content is None
     assert choice.message.tool_calls[0].function.arguments == '{"a": 1}'
@@ -177,8 +239,11 @@ def test_unaccepted_lists_only_the_failed_choices() -> None:
 
 def test_chat_stream_opens_with_the_role_and_ends_with_the_verdict() -> None:
     stream = ChatStream(chat_plan(chat(), MODEL), model="m")
-    chunks = [c for d in (StreamDelta(0, "Hel", [1]), StreamDelta(0, "lo", [2], verdict=verdict("Hello")))
-              for c in stream.chunks(d)]
+    chunks = [
+        c
+        for d in (StreamDelta(0, "Hel", [1]), StreamDelta(0, "lo", [2], verdict=verdict("Hello")))
+        for c in stream.chunks(d)
+    ]
     assert chunks[0].choices[0].delta.role == "assistant"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Hello"
     assert [c.choices[0].finish_reason for c in chunks] == [None, None, "stop"]
@@ -188,15 +253,54 @@ def test_chat_stream_opens_with_the_role_and_ends_with_the_verdict() -> None:
     assert usage.choices == [] and usage.usage.total_tokens == 8
 
 
-def test_chat_stream_holds_tool_text_back_and_sends_the_calls_last() -> None:
+def _stream_pieces(plan_fields: dict, pieces: list[str], finish_reason: str = "stop") -> list:
+    """The chunks a ChatStream makes of ``pieces`` (the last delta carries the verdict)."""
+    stream = ChatStream(chat_plan(chat(**plan_fields), MODEL), model="m")
+    text = "".join(pieces)
+    deltas = [StreamDelta(0, piece, [i]) for i, piece in enumerate(pieces[:-1])]
+    status = VerdictStatus.ACCEPTED if finish_reason == "stop" else VerdictStatus.TRUNCATED
+    deltas.append(StreamDelta(0, pieces[-1], [len(pieces)], verdict=verdict(text, status, finish_reason)))
+    return [c for d in deltas for c in stream.chunks(d)]
+
+
+def test_chat_stream_sends_text_then_each_call_as_name_and_argument_fragments() -> None:
     tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
-    stream = ChatStream(chat_plan(chat(tools=tools, tool_choice="required"), MODEL), model="m")
-    text = '<tool_call>{"name": "f", "arguments": {"a": 1}}</tool_call>'
-    chunks = [c for d in (StreamDelta(0, text[:20], [1]), StreamDelta(0, text[20:], [2], verdict=verdict(text)))
-              for c in stream.chunks(d)]
-    assert all(c.choices[0].delta.content in ("", None) for c in chunks)
+    call = '<tool_call>\n{"name": "f", "arguments": {"a": 12}}\n</tool_call>'
+    text = f"Let me see. {call}\n{call.replace('12', '3')}"
+    chunks = _stream_pieces({"tools": tools}, [text[i : i + 3] for i in range(0, len(text), 3)])
+    content = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert content == "Let me see."
+    # no content chunk ever carries a piece of a tag
+    assert not any("<" in (c.choices[0].delta.content or "") for c in chunks)
+    pieces = [t for c in chunks for t in c.choices[0].delta.tool_calls or []]
+    assert [(p.index, p.function.name) for p in pieces if p.id] == [(0, "f"), (1, "f")]
+    assert all(p.id is None and p.function.name is None for p in pieces if not p.id)
+    for index in (0, 1):
+        fragments = [p.function.arguments for p in pieces if p.index == index and p.function.arguments]
+        assert len(fragments) >= 3
+        assert json.loads("".join(fragments)) == {"a": 12 if index == 0 else 3}
     last = chunks[-1].choices[0]
-    assert last.finish_reason == "tool_calls" and last.delta.tool_calls[0].function.name == "f"
+    assert last.finish_reason == "tool_calls" and last.validation.status is VerdictStatus.ACCEPTED
+    # sparse deltas: a later fragment says nothing about id/type/name (a client merges every key)
+    later = next(p for p in pieces if not p.id).model_dump()
+    assert later == {"index": later["index"], "function": {"arguments": later["function"]["arguments"]}}
+
+
+def test_chat_stream_never_finishes_a_cut_call_as_a_call() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
+    text = '<tool_call>\n{"name": "f", "arguments": {"a": 1'
+    chunks = _stream_pieces({"tools": tools, "tool_choice": "required"}, [text[:15], text[15:]], "length")
+    last = chunks[-1].choices[0]
+    assert last.finish_reason == "length" and last.validation.status is VerdictStatus.TRUNCATED
+
+
+def test_chat_stream_text_answer_with_tools_streams_as_it_comes() -> None:
+    tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
+    chunks = _stream_pieces({"tools": tools}, ["It is", " sunny <", "b>.\n"])
+    contents = [c.choices[0].delta.content for c in chunks]
+    assert contents[1] == "It is"  # streamed before the answer ended
+    assert "".join(c or "" for c in contents) == "It is sunny <b>."
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
 
 def test_completion_stream_keeps_text_offsets_per_choice() -> None:
@@ -212,7 +316,7 @@ def test_completion_stream_keeps_text_offsets_per_choice() -> None:
 # ---------------------------------------------------------------- reasoning
 
 
-REASONED = "<think>\nThe user wants JSON.\n</think>\n\n{\"a\": 1}"
+REASONED = '<think>\nThe user wants JSON.\n</think>\n\n{"a": 1}'
 
 
 def test_reasoning_is_split_from_the_answer() -> None:
@@ -226,14 +330,17 @@ def test_reasoning_is_split_from_the_answer() -> None:
 def test_streamed_reasoning_splits_like_the_whole_text(step) -> None:
     markers = ReasoningMarkers(end="</think>", start="<think>")
     stream = markers.stream()
-    pieces = [stream.feed(REASONED[i:i + step]) for i in range(0, len(REASONED), step)]
+    pieces = [stream.feed(REASONED[i : i + step]) for i in range(0, len(REASONED), step)]
     assert ("".join(p[0] for p in pieces), "".join(p[1] for p in pieces)) == markers.split(REASONED)
     assert not any("<" in p[0] for p in pieces)  # no marker leaks, not even in part
 
 
 def test_the_reasoning_content_reaches_the_response() -> None:
     result = GenerationResult([Completion(0, verdict("42"), [1], reasoning="Six times seven.")], None, 5)
-    assert chat_response(result, chat_plan(chat(), MODEL), model="m").choices[0].message.reasoning_content == "Six times seven."
+    assert (
+        chat_response(result, chat_plan(chat(), MODEL), model="m").choices[0].message.reasoning_content
+        == "Six times seven."
+    )
 
 
 # ---------------------------------------------------------------- errors, auth, body limit
@@ -242,7 +349,9 @@ def test_the_reasoning_content_reaches_the_response() -> None:
 @pytest.fixture(scope="module")
 def client() -> TestClient:
     app = FastAPI()
-    app.state.generation = SimpleNamespace(settings=ServerSettings(model_name="m", api_key="sk-1", reject_unaccepted=False))
+    app.state.generation = SimpleNamespace(
+        settings=ServerSettings(model_name="m", api_key="sk-1", reject_unaccepted=False)
+    )
     errors.install(app)
     raised = {
         "schema": SchemaError("unknown type 'nonsense'", pointer="/properties/a/type", keyword="type"),
@@ -315,7 +424,7 @@ def test_body_limit_counts_bytes_not_the_declared_length(client) -> None:
     def chunks():  # no Content-Length: sent chunked
         data = json.dumps(big).encode()
         for i in range(0, len(data), 100):
-            yield data[i:i + 100]
+            yield data[i : i + 100]
 
     chunked = client.post("/raise/schema", content=chunks(), headers={"Content-Type": "application/json"})
     assert chunked.status_code == 413 and chunked.json()["error"]["code"] == "request_too_large"

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grammar import Vocabulary
-from grammar.backends import JsonOptions, get_backend
-from grammar.backends.base import LLGUIDANCE_MARKER, CompiledGrammar
-from grammar.errors import (
+from tokenmold.grammar import Vocabulary
+from tokenmold.grammar.backends import JsonOptions, get_backend
+from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, CompiledGrammar
+from tokenmold.grammar.errors import (
     GrammarSyntaxError,
     RegexError,
     ShapeError,
@@ -27,7 +27,7 @@ COMPACT = JsonOptions(max_whitespace=0)
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocabulary:
-    from service.model_home import ensure_default_model
+    from tokenmold.service.model_home import ensure_default_model
 
     return Vocabulary.from_pretrained(ensure_default_model())
 
@@ -65,7 +65,7 @@ def test_json_schema_walks_a_valid_instance(backend, vocab):
     assert compiled.memory_bytes > 0
 
 
-@pytest.mark.parametrize("text", ['{"name":"x","age":"42"}', '{"age":1}', '{"name":"x","age":1', '[1]'])
+@pytest.mark.parametrize("text", ['{"name":"x","age":"42"}', '{"age":1}', '{"name":"x","age":1', "[1]"])
 def test_json_schema_rejects_invalid_instances(backend, vocab, text):
     compiled = backend.compile_json_schema(SCHEMA, COMPACT)
     assert not walk(compiled, vocab, text)
@@ -120,7 +120,7 @@ def test_llguidance_engine_spec_is_what_vllm_plugin_compiles(vocab):
     import llguidance
 
     spec = get_backend("llguidance")(vocab).compile_json_schema(SCHEMA, COMPACT).engine_spec
-    matcher = llguidance.LLMatcher(vocab.llguidance_tokenizer, spec.text[len(LLGUIDANCE_MARKER):], log_level=0)
+    matcher = llguidance.LLMatcher(vocab.llguidance_tokenizer, spec.text[len(LLGUIDANCE_MARKER) :], log_level=0)
     assert not matcher.is_error(), matcher.get_error()
     assert matcher.consume_tokens(vocab.encode('{"name":"x","age":1}')) and matcher.is_accepting()
 
@@ -130,10 +130,10 @@ def test_vllm_plugin_parses_a_repeated_llguidance_grammar_once(vocab):
     grammar (parsing costs milliseconds of time to first token, a copy microseconds)."""
     from types import SimpleNamespace
 
-    from service.vllm_plugin import _compile_llguidance
+    from tokenmold.service.vllm_plugin import _compile_llguidance
 
     serialized = get_backend("llguidance")(vocab).compile_choice(("yes", "no")).engine_spec.text
-    serialized = serialized[len(LLGUIDANCE_MARKER):]
+    serialized = serialized[len(LLGUIDANCE_MARKER) :]
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
     first = _compile_llguidance(engine_backend, serialized)
     second = _compile_llguidance(engine_backend, serialized)
@@ -152,13 +152,13 @@ def test_vllm_plugin_gives_a_parsed_grammar_without_the_compile_thread(vocab):
     milliseconds of time to first token); any other grammar still goes to that thread."""
     from types import SimpleNamespace
 
-    from service.vllm_plugin import _compile_llguidance, _init_from_prototype
+    from tokenmold.service.vllm_plugin import _compile_llguidance, _init_from_prototype
 
     serialized = get_backend("llguidance")(vocab).compile_choice(("yes", "no")).engine_spec.text
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
     manager = SimpleNamespace(
         backend=engine_backend,
-        _create_grammar=lambda request: _compile_llguidance(engine_backend, request.spec[len(LLGUIDANCE_MARKER):]),
+        _create_grammar=lambda request: _compile_llguidance(engine_backend, request.spec[len(LLGUIDANCE_MARKER) :]),
     )
 
     def request(spec: str, kind: str = "grammar") -> SimpleNamespace:
@@ -167,7 +167,7 @@ def test_vllm_plugin_gives_a_parsed_grammar_without_the_compile_thread(vocab):
 
     first = request(serialized)
     assert not _init_from_prototype(manager, first, "grammar")  # nothing parsed yet: the thread
-    _compile_llguidance(engine_backend, serialized[len(LLGUIDANCE_MARKER):])  # what the thread does
+    _compile_llguidance(engine_backend, serialized[len(LLGUIDANCE_MARKER) :])  # what the thread does
     again = request(serialized)
     assert _init_from_prototype(manager, again, "grammar")
     assert again.structured_output_request.grammar.accept_tokens("r", vocab.encode("no"))
@@ -203,7 +203,7 @@ def test_llguidance_error_positions(vocab):
         llg.compile_regex("ab(c")
     assert (info.value.line, info.value.column) == (1, 3)
     with pytest.raises(GrammarSyntaxError) as info:
-        llg.compile_ebnf("start: foo\nfoo: \"a\" | bar\n")  # Lark, unknown rule on line 2
+        llg.compile_ebnf('start: foo\nfoo: "a" | bar\n')  # Lark, unknown rule on line 2
     assert info.value.line == 2
 
 

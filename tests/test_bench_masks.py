@@ -11,20 +11,36 @@ from pathlib import Path
 
 import pytest
 
-from service.bench.corpus import sample, source_of
-from service.bench.engines import ENGINE_NAMES
-from service.bench.masks import run_masks
-from service.bench.walk import run_walk
+from benchmarks.corpus import sample, source_of
+from benchmarks.engines import ENGINE_NAMES
+from benchmarks.masks import run_masks
+from benchmarks.walk import run_walk
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
 FILES = ["Github_trivial---o50969.json", "Github_easy---o90887.json", "BFCL_simple_1.json"]
 COMPILE_FIELDS = {"schemas", "compiled", "compile_errors", "timeouts", "step_timeouts", "crashes", "ttfm_ms"}
 MASK_FIELDS = COMPILE_FIELDS | {
-    "valid_tests", "valid_rejected", "valid_rejected_order", "valid_rejected_final", "invalid_tests", "invalid_accepted_by_mask",
-    "invalid_accepted_final", "mismatches", "tbm_us", "by_source", "examples",
+    "valid_tests",
+    "valid_rejected",
+    "valid_rejected_order",
+    "valid_rejected_final",
+    "invalid_tests",
+    "invalid_accepted_by_mask",
+    "invalid_accepted_final",
+    "mismatches",
+    "tbm_us",
+    "by_source",
+    "examples",
 }
 WALK_FIELDS = COMPILE_FIELDS | {
-    "walks", "completed", "capped", "dead_ends", "mismatches", "schema_invalid", "schema_invalid_by_keyword", "examples",
+    "walks",
+    "completed",
+    "capped",
+    "dead_ends",
+    "mismatches",
+    "schema_invalid",
+    "schema_invalid_by_keyword",
+    "examples",
 }
 PERCENTILES = {"p50", "p90", "p99", "max"}
 
@@ -121,7 +137,7 @@ def test_engine_that_cannot_start_is_reported_not_fatal(paths, tmp_path):
 
 
 def test_in_schema_order_follows_refs_branches_and_patterns():
-    from service.bench.reorder import in_schema_order
+    from benchmarks.reorder import in_schema_order
 
     schema = {
         "$defs": {"point": {"type": "object", "properties": {"x": {}, "y": {}}}},
@@ -142,7 +158,7 @@ def test_in_schema_order_follows_refs_branches_and_patterns():
 def test_in_schema_order_puts_required_unlisted_keys_after_the_listed_ones():
     """As the normalizer declares them (MaskBench Github_hard---o12335: required keys that only a
     pattern describes)."""
-    from service.bench.reorder import in_schema_order
+    from benchmarks.reorder import in_schema_order
 
     schema = {"type": "object", "properties": {"id": {}}, "patternProperties": {":en$": {}}, "required": ["name:en"]}
     ordered = in_schema_order({"title:en": "t", "name:en": "n", "id": 1}, schema)
@@ -156,11 +172,16 @@ def test_masks_tells_property_order_from_other_rejections(tmp_path):
         "required": ["name", "age"],
         "additionalProperties": False,
     }
-    case = {"description": "order", "meta": {}, "schema": schema, "tests": [
-        {"valid": True, "data": {"name": "a", "age": 1}},
-        {"valid": True, "data": {"age": 1, "name": "a"}},  # valid, but not in the schema's order
-        {"valid": True, "data": {"name": "a", "age": "1"}},  # mislabelled: rejected for its value
-    ]}
+    case = {
+        "description": "order",
+        "meta": {},
+        "schema": schema,
+        "tests": [
+            {"valid": True, "data": {"name": "a", "age": 1}},
+            {"valid": True, "data": {"age": 1, "name": "a"}},  # valid, but not in the schema's order
+            {"valid": True, "data": {"name": "a", "age": "1"}},  # mislabelled: rejected for its value
+        ],
+    }
     path = tmp_path / "Handwritten---order.json"
     path.write_text(json.dumps(case))
     out = tmp_path / "masks.json"

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from grammar.cache import ERROR_ENTRY_BYTES, CompileCache
+from tokenmold.grammar.cache import ERROR_ENTRY_BYTES, CompileCache
 
 
 def test_hit_miss_and_lru_eviction_by_bytes() -> None:

@@ -14,19 +14,25 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service.cli", *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "tokenmold.service.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
 @pytest.mark.engine
 def test_generate_truncated_exits_3(tmp_path: Path) -> None:
     schema = tmp_path / "s.json"
-    schema.write_text(json.dumps({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}))
-    proc = _run("generate", "--schema", str(schema), "--prompt", "Name a city as JSON.", "--max-tokens", "3")
+    schema.write_text(
+        json.dumps({"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]})
+    )
+    proc = _run("generate", "--schema", str(schema), "--prompt", "Tell a long story as JSON.", "--max-tokens", "9")
     assert proc.returncode == 3, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "truncated" and verdict["finish_reason"] == "length"
-    assert verdict["value"] is None and verdict["usage"]["completion_tokens"] == 3
+    assert verdict["value"] is None and verdict["usage"]["completion_tokens"] == 9
 
 
 @pytest.mark.parametrize(
@@ -61,19 +67,39 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
     the figures are not asserted on, only that every one is measured; equal token counts on every
     side are enforced by the bench itself (it fails otherwise)."""
     out = tmp_path / "e2e.json"
-    proc = _run("bench", "e2e", "--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--repeats", "1",
-                "--json", str(out), timeout=900)
+    proc = _run(
+        "bench",
+        "e2e",
+        "--batch",
+        "1,2",
+        "--max-tokens",
+        "6",
+        "--ttft-repeats",
+        "1",
+        "--repeats",
+        "1",
+        "--json",
+        str(out),
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     for batch in ("1", "2"):
         row = report[batch]
-        for key in ("unconstrained_tok_s", "constrained_tok_s", "unbounded_tok_s", "vllm_builtin_tok_s",
-                    "http_constrained_tok_s"):
+        for key in (
+            "unconstrained_tok_s",
+            "constrained_tok_s",
+            "unbounded_tok_s",
+            "vllm_builtin_tok_s",
+            "http_constrained_tok_s",
+        ):
             assert row[key] > 0, (batch, key, row)
         assert row["ratio"] == round(row["constrained_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["unbounded_ratio"] == round(row["unbounded_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
     jump = report["jump_forward"]
-    assert 0 < jump["forced_tokens"] < jump["output_tokens"] and jump["latency_ms"] > 0 and jump["latency_ms_no_jump"] > 0
+    assert (
+        0 < jump["forced_tokens"] < jump["output_tokens"] and jump["latency_ms"] > 0 and jump["latency_ms_no_jump"] > 0
+    )
     assert "http" in proc.stdout and "TTFT" in proc.stdout

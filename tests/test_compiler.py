@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from grammar import CompileOptions, Limits, Shape, ShapeCompiler
-from grammar.backends.base import LLGUIDANCE_MARKER
-from grammar.errors import CompileTimeout, GrammarSyntaxError, LimitExceeded, RegexError, SchemaError
+from tokenmold.grammar import CompileOptions, Limits, Shape, ShapeCompiler
+from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER
+from tokenmold.grammar.errors import CompileTimeout, GrammarSyntaxError, LimitExceeded, RegexError, SchemaError
 
 PERSON = {
     "type": "object",
@@ -42,12 +42,18 @@ def test_json_schema_masks_accept_valid_and_reject_invalid(inline, vocab) -> Non
     assert not _walk(compiled, vocab, '{"name":"Ada","age":"36"}')
 
 
-def test_schema_as_written_allows_unlisted_properties_strict_does_not(inline, vocab) -> None:
-    loose = inline.compile(Shape.from_json_schema(PERSON))
+def test_unlisted_properties_only_where_the_schema_says_so(inline, vocab) -> None:
+    """Silent on additionalProperties: only the listed properties are generated (strict mode's
+    layout, reported as narrowed); ``additionalProperties: true``: extra keys too."""
+    silent = inline.compile(Shape.from_json_schema(PERSON))
+    said_open = inline.compile(Shape.from_json_schema({**PERSON, "additionalProperties": True}))
     strict = inline.compile(Shape.from_json_schema(PERSON), CompileOptions(strict=True))
-    assert loose.key != strict.key
+    assert len({silent.key, said_open.key, strict.key}) == 3
     text = '{"name":"Ada","age":36,"city":"London"}'
-    assert _walk(loose, vocab, text)
+    assert not _walk(silent, vocab, text)
+    assert _walk(silent, vocab, '{"name":"Ada","age":36}')
+    assert [(n.pointer, n.keyword) for n in silent.report.narrowed] == [("", "additionalProperties")]
+    assert _walk(said_open, vocab, text)
     assert not _walk(strict, vocab, text)
 
 
@@ -71,7 +77,9 @@ def test_multiple_of_on_non_negative_integers_is_enforced(inline, vocab) -> None
 
 def test_auto_picks_llguidance_for_json_and_xgrammar_for_the_rest(inline) -> None:
     assert inline.compile(Shape.from_json_schema(PERSON)).engine_spec.backend == "llguidance"
-    assert inline.compile(Shape.from_json_schema(PERSON), CompileOptions(strict=True)).engine_spec.backend == "llguidance"
+    assert (
+        inline.compile(Shape.from_json_schema(PERSON), CompileOptions(strict=True)).engine_spec.backend == "llguidance"
+    )
     assert inline.compile(Shape.from_regex("[0-9]+")).engine_spec.backend == "xgrammar"
     assert inline.compile(Shape.from_ebnf('root ::= "x"')).engine_spec.backend == "xgrammar"
 
@@ -123,10 +131,18 @@ def test_typed_errors_name_the_cause(inline) -> None:
 def test_cache_hits_for_the_same_shape(inline) -> None:
     before = inline.cache_stats()
     first = inline.compile(Shape.from_json_schema({"type": "array", "items": {"type": "boolean"}}))
-    second = inline.compile(Shape.from_json_schema({"items": {"type": "boolean"}, "type": "array"}))
+    second = inline.compile(Shape.from_json_schema({"type": "array", "items": {"type": "boolean"}}))
     after = inline.cache_stats()
-    assert first is second  # key order does not matter: the key is canonical
+    assert first is second  # a new but equal schema (the next request's) hits
     assert after.misses == before.misses + 1 and after.hits == before.hits + 1
+
+
+def test_property_order_is_part_of_the_key(inline) -> None:
+    """Properties are generated in ``properties`` order: a reordered schema is another shape."""
+    ab = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}
+    ba = {**ab, "properties": dict(reversed(ab["properties"].items()))}
+    assert inline.compile(Shape.from_json_schema(ab)).accepts('{"a":1,"b":2}')
+    assert inline.compile(Shape.from_json_schema(ba)).accepts('{"b":2,"a":1}')
 
 
 def test_isolated_compile_returns_engine_spec_and_text_grammar(isolated) -> None:

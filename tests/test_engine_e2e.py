@@ -12,12 +12,13 @@ import math
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from grammar import Shape
-from grammar.errors import GrammarSyntaxError, RegexError, SchemaError
-from schemas.sampling import SamplingOptions
-from schemas.verdict import VerdictStatus
-from service.bench.e2e import TOOL_CALL_SCHEMA
-from service.runtime import Prompt
+from tokenmold.grammar import Shape
+from tokenmold.grammar.errors import GrammarSyntaxError, RegexError, SchemaError
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.schemas.verdict import VerdictStatus
+from tokenmold.service.bench.e2e import TOOL_CALL_SCHEMA
+from tokenmold.service.errors import BudgetTooSmall
+from tokenmold.service.runtime import Prompt
 
 pytestmark = pytest.mark.engine
 
@@ -54,7 +55,9 @@ async def test_every_shape_kind_is_accepted(engine_runtime) -> None:
     assert json_out.verdict.status is VerdictStatus.ACCEPTED, json_out.verdict
     assert set(json_out.verdict.value) == {"name", "age", "role"}
 
-    animal = await _one(rt, Prompt.user("Give me an animal as JSON."), Shape.from_pydantic(Animal), max_tokens=60, temperature=0)
+    animal = await _one(
+        rt, Prompt.user("Give me an animal as JSON."), Shape.from_pydantic(Animal), max_tokens=60, temperature=0
+    )
     assert animal.verdict.status is VerdictStatus.ACCEPTED, animal.verdict
     Animal.model_validate(animal.verdict.value)
 
@@ -63,11 +66,23 @@ async def test_every_shape_kind_is_accepted(engine_runtime) -> None:
     assert math_out.verdict.status is VerdictStatus.ACCEPTED, math_out.verdict
     assert math_out.verdict.text.startswith("The answer is ")
 
-    date = await _one(rt, Prompt.user("When did World War 2 end?"), Shape.from_regex(r"\d{4}-\d{2}-\d{2}"), max_tokens=12, temperature=0)
+    date = await _one(
+        rt,
+        Prompt.user("When did World War 2 end?"),
+        Shape.from_regex(r"\d{4}-\d{2}-\d{2}"),
+        max_tokens=12,
+        temperature=0,
+    )
     assert date.verdict.status is VerdictStatus.ACCEPTED, date.verdict
     assert len(date.verdict.text) == 10
 
-    choice = await _one(rt, Prompt.user("Is the sky blue? Answer yes or no."), Shape.from_choice(["yes", "no"]), max_tokens=5, temperature=0)
+    choice = await _one(
+        rt,
+        Prompt.user("Is the sky blue? Answer yes or no."),
+        Shape.from_choice(["yes", "no"]),
+        max_tokens=5,
+        temperature=0,
+    )
     assert choice.verdict.status is VerdictStatus.ACCEPTED and choice.verdict.text in {"yes", "no"}
 
 
@@ -86,14 +101,20 @@ async def test_grammar_mask_comes_before_logit_bias(engine_runtime) -> None:
 
 
 async def test_hot_sampling_stays_valid(engine_runtime) -> None:
-    shape = Shape.from_json_schema({
-        "type": "object",
-        "properties": {"color": {"enum": ["red", "green", "blue"]}, "count": {"type": "integer", "minimum": 1, "maximum": 9}},
-        "required": ["color", "count"],
-        "additionalProperties": False,
-    })
+    shape = Shape.from_json_schema(
+        {
+            "type": "object",
+            "properties": {
+                "color": {"enum": ["red", "green", "blue"]},
+                "count": {"type": "integer", "minimum": 1, "maximum": 9},
+            },
+            "required": ["color", "count"],
+            "additionalProperties": False,
+        }
+    )
     result = await engine_runtime.generate(
-        Prompt.user("Pick a color and a count."), shape,
+        Prompt.user("Pick a color and a count."),
+        shape,
         SamplingOptions(max_tokens=40, temperature=2.0, top_p=1.0, seed=7, n=4),
     )
     assert len(result.completions) == 4
@@ -112,10 +133,25 @@ async def test_greedy_and_seeded_sampling_are_valid_and_reproducible(engine_runt
 
 
 async def test_max_tokens_is_truncated_never_accepted(engine_runtime) -> None:
-    out = await _one(engine_runtime, ASK, Shape.from_json_schema(PERSON), max_tokens=3, temperature=0)
+    # A budget above the schema's shortest output (5 tokens) and far below the answer's length.
+    story = Shape.from_json_schema(
+        {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
+    )
+    out = await _one(engine_runtime, Prompt.user("Tell a long story about a dragon, as JSON."), story, max_tokens=9)
     assert out.verdict.status is VerdictStatus.TRUNCATED
     assert out.verdict.finish_reason == "length" and out.verdict.value is None
-    assert out.verdict.usage.completion_tokens == 3
+    assert out.verdict.usage.completion_tokens == 9
+
+
+async def test_a_budget_below_the_shortest_output_is_refused_before_decoding(engine_runtime) -> None:
+    many = {"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": 200}
+    with pytest.raises(BudgetTooSmall) as exc:
+        await _one(engine_runtime, ASK, Shape.from_json_schema(many), max_tokens=20)
+    assert exc.value.param == "max_tokens"
+    assert "max_tokens=20 cannot hold the shortest output this schema allows" in exc.value.message
+    # Without max_tokens the context's room is the budget, and it is named as such.
+    with pytest.raises(BudgetTooSmall, match="tokens the context leaves"):
+        await _one(engine_runtime, ASK, Shape.from_json_schema({**many, "minItems": 2000}))
 
 
 async def test_context_full_ends_as_length(engine_runtime) -> None:
@@ -130,7 +166,9 @@ async def test_context_full_ends_as_length(engine_runtime) -> None:
 
 
 async def test_stop_string_is_matched_on_text_and_removed(engine_runtime) -> None:
-    out = await _one(engine_runtime, Prompt.user("Write a sentence about the sea."), None, max_tokens=48, temperature=0, stop=[" "])
+    out = await _one(
+        engine_runtime, Prompt.user("Write a sentence about the sea."), None, max_tokens=48, temperature=0, stop=[" "]
+    )
     assert out.verdict.finish_reason == "stop" and out.verdict.stop_reason == " "
     assert " " not in out.verdict.text
 
@@ -138,7 +176,9 @@ async def test_stop_string_is_matched_on_text_and_removed(engine_runtime) -> Non
 async def test_all_end_of_sequence_ids_stop_the_generation(engine_runtime) -> None:
     rt = engine_runtime
     # The generation config lists <|im_end|> and <|endoftext|>; the chat template ends turns with the first.
-    assert {rt.engine.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")} <= set(rt.engine.stop_token_ids)
+    assert {rt.engine.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")} <= set(
+        rt.engine.stop_token_ids
+    )
     out = await _one(rt, Prompt.user("Say hi."), Shape.from_choice(["hi"]), max_tokens=8, temperature=0)
     assert out.verdict.status is VerdictStatus.ACCEPTED
     assert out.verdict.finish_reason == "stop" and not isinstance(out.verdict.stop_reason, str)
@@ -152,7 +192,9 @@ async def test_min_tokens_delays_the_stop(engine_runtime) -> None:
 async def test_logprobs_are_taken_after_the_grammar_mask(engine_runtime) -> None:
     rt = engine_runtime
     choices = ["yes", "no"]
-    out = await _one(rt, Prompt.user("Is water wet?"), Shape.from_choice(choices), max_tokens=4, temperature=0, logprobs=5)
+    out = await _one(
+        rt, Prompt.user("Is water wet?"), Shape.from_choice(choices), max_tokens=4, temperature=0, logprobs=5
+    )
     assert out.logprobs, "logprobs were asked for"
     first = out.logprobs[0]
     finite = {tid: lp.logprob for tid, lp in first.items() if math.isfinite(lp.logprob)}
@@ -166,7 +208,10 @@ async def test_logprobs_are_taken_after_the_grammar_mask(engine_runtime) -> None
 
 async def test_streaming_reassembles_and_ends_with_the_verdict(engine_runtime) -> None:
     deltas = [
-        d async for d in engine_runtime.stream(ASK, Shape.from_json_schema(PERSON), SamplingOptions(max_tokens=80, temperature=0))
+        d
+        async for d in engine_runtime.stream(
+            ASK, Shape.from_json_schema(PERSON), SamplingOptions(max_tokens=80, temperature=0)
+        )
     ]
     assert len(deltas) > 1
     assert all(d.verdict is None for d in deltas[:-1]) and deltas[-1].verdict is not None
@@ -191,7 +236,7 @@ async def test_forced_prefix_is_taken_as_prompt_and_returned_as_output(engine_ru
     assert out.token_ids[: len(forced)] == forced
     assert out.verdict.usage.completion_tokens == len(out.token_ids)
     assert len(out.logprobs) == len(out.token_ids)
-    assert [step[t].logprob for step, t in zip(out.logprobs, forced)] == [0.0] * len(forced)
+    assert [step[t].logprob for step, t in zip(out.logprobs, forced, strict=False)] == [0.0] * len(forced)
     deltas = [d async for d in rt.stream(ask, shape, SamplingOptions(max_tokens=40, temperature=0))]
     assert deltas[0].token_ids[: len(forced)] == forced
     assert "".join(d.text for d in deltas) == out.verdict.text
@@ -202,9 +247,9 @@ async def test_forced_prefix_is_taken_as_prompt_and_returned_as_output(engine_ru
     finally:
         rt.jump_forward = True
     assert plain.verdict.status is VerdictStatus.ACCEPTED, plain.verdict
-    # A budget the prefix would fill: no jump, the request is truncated as it would be anyway.
-    short = await _one(rt, ask, shape, max_tokens=len(forced), temperature=0)
-    assert short.verdict.status is VerdictStatus.TRUNCATED and len(short.token_ids) == len(forced)
+    # A budget the prefix would fill cannot hold any complete output: refused before decoding.
+    with pytest.raises(BudgetTooSmall, match=f"max_tokens={len(forced)} cannot hold"):
+        await _one(rt, ask, shape, max_tokens=len(forced), temperature=0)
 
 
 @pytest.mark.parametrize(
@@ -219,3 +264,28 @@ async def test_bad_input_is_a_typed_error_before_the_engine(engine_runtime, shap
     with pytest.raises(error) as exc:
         await engine_runtime.generate(ASK, shape(), SamplingOptions(max_tokens=8))
     assert str(exc.value)
+
+
+EMAIL = {"type": "object", "properties": {"email": {"type": "string"}}, "required": ["email"]}
+#: Inside the email string the grammar allows any text; this bias makes the model write "ohn" for ever.
+LOOP_BIAS = {2102: 100.0}
+
+
+async def test_a_looping_output_is_stopped_early_by_the_repetition_guard(engine_runtime) -> None:
+    prompt = Prompt.user("Give John's email address as JSON.")
+    out = await _one(engine_runtime, prompt, Shape.from_json_schema(EMAIL), max_tokens=400, logit_bias=LOOP_BIAS)
+    verdict = out.verdict
+    assert verdict.status is VerdictStatus.TRUNCATED and verdict.value is None
+    assert (verdict.finish_reason, verdict.stop_reason) == ("length", "repetition")
+    assert [(e.path, e.keyword) for e in verdict.errors] == [("/email", "repetition")]
+    assert "ohnohnohn" in verdict.text and verdict.text.startswith("{")
+    assert verdict.usage.completion_tokens < 100  # not the 400 the loop would have taken
+    deltas = [
+        d
+        async for d in engine_runtime.stream(
+            prompt, Shape.from_json_schema(EMAIL), SamplingOptions(max_tokens=400, logit_bias=LOOP_BIAS)
+        )
+    ]
+    assert deltas[-1].verdict is not None and deltas[-1].verdict.stop_reason == "repetition"
+    assert deltas[-1].verdict.usage.completion_tokens < 100
+    assert all(d.verdict is None for d in deltas[:-1])

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from grammar.backends.xgrammar import XGrammarBackend
-from grammar.errors import GrammarSyntaxError, RegexError
-from grammar.vocabulary import EMPTY_VOCABULARY
+from tokenmold.grammar.backends.xgrammar import XGrammarBackend
+from tokenmold.grammar.errors import GrammarSyntaxError, RegexError
+from tokenmold.grammar.vocabulary import EMPTY_VOCABULARY
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
 SECONDS = int(os.environ.get("TOKENMOLD_FUZZ_SECONDS", "20"))
@@ -21,9 +21,17 @@ SECONDS = int(os.environ.get("TOKENMOLD_FUZZ_SECONDS", "20"))
 @pytest.mark.parametrize("harness", ["fuzz_normalize.py", "fuzz_ebnf.py", "fuzz_validation.py"])
 def test_harness_finds_nothing(harness: str, tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, str(FUZZ / harness), f"-max_total_time={SECONDS}", f"-artifact_prefix={tmp_path}/",
-         "-print_final_stats=1"],
-        cwd=FUZZ, capture_output=True, text=True, timeout=SECONDS + 120,
+        [
+            sys.executable,
+            str(FUZZ / harness),
+            f"-max_total_time={SECONDS}",
+            f"-artifact_prefix={tmp_path}/",
+            "-print_final_stats=1",
+        ],
+        cwd=FUZZ,
+        capture_output=True,
+        text=True,
+        timeout=SECONDS + 120,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Done " in proc.stderr  # it really ran

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from grammar import CompileOptions, Shape, ShapeCompiler
-from grammar.backends.base import EngineSpec, read_llguidance_spec
-from schemas.sampling import SamplingOptions
-from service.bench.e2e import TOOL_CALL_SCHEMA
-from service.jump_forward import forced_prefix
+from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
+from tokenmold.grammar.backends.base import EngineSpec, read_llguidance_spec
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.service.bench.e2e import TOOL_CALL_SCHEMA
+from tokenmold.service.jump_forward import forced_prefix
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def test_llguidance_spec_carries_the_tokens_its_grammar_forces(compiled, vocab) 
 
 
 def test_the_engine_matcher_starts_after_the_forced_tokens(compiled, vocab) -> None:
-    from service.vllm_plugin import _compile_llguidance
+    from tokenmold.service.vllm_plugin import _compile_llguidance
 
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
     grammar, forced = read_llguidance_spec(compiled.engine_spec.jumped().text)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from grammar import mask_apply
+from tokenmold.grammar import mask_apply
 
 VOCAB = 1000  # not a multiple of 32: the last word is partly used
 

@@ -7,15 +7,16 @@ import json
 
 import pytest
 
-from grammar import Shape, ShapeCompiler
-from grammar.errors import LimitExceeded, SchemaError, ShapeError
-from grammar.limits import Limits
-from grammar.tools import Tool, ToolCalls, format_tool_call, split_tool_calls
-from schemas.openai import ChatMessage, NamedToolChoice, ToolDefinition
-from schemas.verdict import Usage, Verdict, VerdictStatus
-from service.errors import RequestError
-from service.tools import chat_messages, tool_answer, tool_shape
-from service.validation import check_tool_calls
+from tokenmold.grammar import Shape, ShapeCompiler
+from tokenmold.grammar.errors import LimitExceeded, SchemaError, ShapeError
+from tokenmold.grammar.limits import Limits
+from tokenmold.grammar.toolformats import HERMES
+from tokenmold.grammar.tools import Tool, ToolCalls
+from tokenmold.schemas.openai import ChatMessage, NamedToolChoice, ToolDefinition
+from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
+from tokenmold.service.errors import RequestError
+from tokenmold.service.tools import chat_messages, tool_answer, tool_shape
+from tokenmold.service.validation import check_tool_calls
 
 WEATHER = {
     "type": "object",
@@ -28,7 +29,7 @@ TOOLS = [Tool("get_weather", WEATHER, strict=True), Tool("add", ADD)]
 
 
 def call(name: str, arguments: object) -> str:
-    return format_tool_call(name, arguments)
+    return HERMES.render_calls([(name, arguments)])
 
 
 PARIS = call("get_weather", {"city": "Paris"})
@@ -44,11 +45,11 @@ def inline(vocab) -> ShapeCompiler:
 
 
 def test_split_finds_calls_content_and_a_cut_off_call() -> None:
-    tagged = split_tool_calls(f"Let me check. {PARIS}\n{ONE_PLUS_TWO}")
-    assert tagged.content == "Let me check."
+    tagged = HERMES.split(f"Let me check. {PARIS}\n{ONE_PLUS_TWO}")
+    assert tagged.content.strip() == "Let me check."
     assert [json.loads(c)["name"] for c in tagged.calls] == ["get_weather", "add"]
     assert tagged.unclosed is None
-    cut = split_tool_calls(PARIS + '<tool_call>{"name": "add", "argu')
+    cut = HERMES.split(PARIS + '<tool_call>{"name": "add", "argu')
     assert len(cut.calls) == 1 and cut.unclosed == '{"name": "add", "argu'
 
 
@@ -101,7 +102,13 @@ def test_tool_grammar_enforces_names_and_arguments(inline) -> None:
     assert not compiled.accepts(call("delete_everything", {}))
     assert not compiled.accepts(call("get_weather", {"town": "Paris"}))
     assert not compiled.accepts(call("get_weather", {"city": "Paris", "extra": 1}))  # strict tool
-    assert compiled.accepts(call("add", {"a": 1, "b": 2, "c": 3}))  # non-strict: schema as written
+    assert not compiled.accepts(call("add", {"a": 1, "b": 2, "c": 3}))  # silent: listed properties only
+    assert [(n.pointer, n.keyword) for n in compiled.report.narrowed] == [
+        ("/tools/1/parameters", "additionalProperties")
+    ]
+    said_open = Tool("add", {**ADD, "additionalProperties": True})
+    compiled = inline.compile(Shape.from_tools([said_open], required=True, parallel=False))
+    assert compiled.accepts(call("add", {"a": 1, "b": 2, "c": 3}))
     assert not compiled.accepts(call("add", {"a": "1", "b": 2}))
 
 
@@ -117,7 +124,10 @@ def test_check_tool_calls_accepts_valid_calls_and_returns_them() -> None:
     calls = ToolCalls(tuple(TOOLS), required=False, parallel=True)
     value, errors = check_tool_calls(f"ok {PARIS}{ONE_PLUS_TWO}", calls)
     assert errors == []
-    assert value == [{"name": "get_weather", "arguments": {"city": "Paris"}}, {"name": "add", "arguments": {"a": 1, "b": 2}}]
+    assert value == [
+        {"name": "get_weather", "arguments": {"city": "Paris"}},
+        {"name": "add", "arguments": {"a": 1, "b": 2}},
+    ]
 
 
 @pytest.mark.parametrize(
@@ -143,40 +153,63 @@ def test_check_tool_calls_names_what_is_wrong(text, path, keyword) -> None:
 
 def definitions() -> list[ToolDefinition]:
     return [
-        ToolDefinition.model_validate({"type": "function", "function": {
-            "name": "get_weather", "description": "Weather in a city", "parameters": WEATHER, "strict": True}}),
+        ToolDefinition.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "get_weather",
+                    "description": "Weather in a city",
+                    "parameters": WEATHER,
+                    "strict": True,
+                },
+            }
+        ),
         ToolDefinition.model_validate({"type": "function", "function": {"name": "now"}}),
     ]
 
 
+def tool_shape_(*args):
+    return tool_shape(*args, tool_format=HERMES)
+
+
 def test_tool_choice_to_shape() -> None:
-    assert tool_shape(definitions(), "none", True) is None
-    auto = tool_shape(definitions(), "auto", True).source
+    assert tool_shape_(definitions(), "none", True) is None
+    auto = tool_shape_(definitions(), "auto", True).source
     assert (auto.required, auto.parallel, [t.name for t in auto.tools]) == (False, True, ["get_weather", "now"])
     assert auto.tools[0].strict and not auto.tools[1].strict
     assert auto.tools[1].parameters == {"type": "object", "properties": {}}
-    required = tool_shape(definitions(), "required", False).source
+    required = tool_shape_(definitions(), "required", False).source
     assert (required.required, required.parallel) == (True, False)
-    named = tool_shape(definitions(), NamedToolChoice.model_validate({"type": "function", "function": {"name": "now"}}), True).source
+    named = tool_shape_(
+        definitions(), NamedToolChoice.model_validate({"type": "function", "function": {"name": "now"}}), True
+    ).source
     assert (named.required, named.parallel, [t.name for t in named.tools]) == (True, False, ["now"])
     with pytest.raises(RequestError, match="'later', which is not in tools"):
-        tool_shape(definitions(), NamedToolChoice.model_validate({"type": "function", "function": {"name": "later"}}), True)
+        tool_shape_(
+            definitions(), NamedToolChoice.model_validate({"type": "function", "function": {"name": "later"}}), True
+        )
 
 
 def test_definitions_go_into_the_system_prompt_when_the_template_has_no_tools() -> None:
     messages = [ChatMessage(role="system", content="Be brief."), ChatMessage(role="user", content="Weather in Paris?")]
-    out, template_tools = chat_messages(messages, tools=definitions(), choice="required", template_renders_tools=False)
+    out, template_tools = chat_messages(
+        tool_format=HERMES, messages=messages, tools=definitions(), choice="required", template_renders_tools=False
+    )
     assert template_tools is None
     system = out[0]["content"]
     assert system.startswith("Be brief.") and '"name": "get_weather"' in system and "Weather in a city" in system
-    assert '<tool_call>{"name": <function name>, "arguments":' in system and "must call" in system
-    out, _ = chat_messages(messages[1:], tools=definitions(), choice="auto", template_renders_tools=False)
+    assert '<tool_call>\n{"name": <function name>, "arguments":' in system and "must call" in system
+    out, _ = chat_messages(
+        tool_format=HERMES, messages=messages[1:], tools=definitions(), choice="auto", template_renders_tools=False
+    )
     assert out[0]["role"] == "system" and out[1] == {"role": "user", "content": "Weather in Paris?"}
 
 
 def test_template_with_tools_gets_the_definitions() -> None:
     messages = [ChatMessage(role="user", content="hi")]
-    out, template_tools = chat_messages(messages, tools=definitions(), choice="auto", template_renders_tools=True)
+    out, template_tools = chat_messages(
+        tool_format=HERMES, messages=messages, tools=definitions(), choice="auto", template_renders_tools=True
+    )
     assert out == [{"role": "user", "content": "hi"}]
     assert [t["function"]["name"] for t in template_tools] == ["get_weather", "now"]
 
@@ -185,23 +218,41 @@ def test_earlier_calls_and_results_are_replayed_in_the_tagged_format() -> None:
     messages = [
         ChatMessage.model_validate({"role": "developer", "content": [{"type": "text", "text": "Be brief."}]}),
         ChatMessage(role="user", content="Weather in Paris?"),
-        ChatMessage.model_validate({"role": "assistant", "content": None, "tool_calls": [
-            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]}),
+        ChatMessage.model_validate(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+            }
+        ),
         ChatMessage(role="tool", tool_call_id="call_1", content="18 C, sunny"),
     ]
-    out, _ = chat_messages(messages, tools=None, choice="none", template_renders_tools=False)
+    out, _ = chat_messages(
+        tool_format=HERMES, messages=messages, tools=None, choice="none", template_renders_tools=False
+    )
     assert out[0] == {"role": "system", "content": "Be brief."}
-    assert out[2] == {"role": "assistant", "content": PARIS}
+    assert out[2] == {"role": "assistant", "content": HERMES.render_calls([("get_weather", {"city": "Paris"})])}
     assert out[3] == {"role": "user", "content": "<tool_response>\n18 C, sunny\n</tool_response>"}
 
 
 def _verdict(text: str, finish_reason: str = "stop") -> Verdict:
     status = VerdictStatus.ACCEPTED if finish_reason == "stop" else VerdictStatus.TRUNCATED
-    return Verdict(status=status, finish_reason=finish_reason, text=text, usage=Usage(prompt_tokens=1, completion_tokens=1, total_tokens=2))
+    return Verdict(
+        status=status,
+        finish_reason=finish_reason,
+        text=text,
+        usage=Usage(prompt_tokens=1, completion_tokens=1, total_tokens=2),
+    )
 
 
 def test_tool_answer_turns_calls_into_tool_calls() -> None:
-    answer = tool_answer(_verdict(f"Checking. {PARIS}"))
+    answer = tool_answer(tool_format=HERMES, verdict=_verdict(f"Checking. {PARIS}"))
     assert answer.finish_reason == "tool_calls" and answer.content == "Checking."
     (only,) = answer.tool_calls
     assert only.id.startswith("call_") and only.function.name == "get_weather"
@@ -210,7 +261,7 @@ def test_tool_answer_turns_calls_into_tool_calls() -> None:
 
 def test_tool_answer_never_returns_half_a_call() -> None:
     cut = PARIS[:-8]
-    answer = tool_answer(_verdict(cut, finish_reason="length"))
+    answer = tool_answer(tool_format=HERMES, verdict=_verdict(cut, finish_reason="length"))
     assert answer.tool_calls is None and answer.finish_reason == "length" and answer.content == cut
-    text = tool_answer(_verdict("It is sunny."))
+    text = tool_answer(tool_format=HERMES, verdict=_verdict("It is sunny."))
     assert text.tool_calls is None and text.finish_reason == "stop" and text.content == "It is sunny."

@@ -7,9 +7,9 @@ import json
 import pytest
 from pydantic import BaseModel, field_validator
 
-from grammar import Shape, ShapeCompiler
-from schemas.verdict import Usage, VerdictStatus
-from service.validation import check_json, judge
+from tokenmold.grammar import Shape, ShapeCompiler
+from tokenmold.schemas.verdict import Usage, VerdictStatus
+from tokenmold.service.validation import check_json, judge
 
 USAGE = Usage(prompt_tokens=5, completion_tokens=7, total_tokens=12)
 SCHEMA = {
@@ -96,7 +96,12 @@ def test_numbers_within_a_double_are_judged_by_the_schema() -> None:
 
 def test_schema_draft_follows_dollar_schema() -> None:
     # Draft 4: exclusiveMaximum is a boolean modifier of maximum (in 2020-12 it must be a number).
-    draft4 = {"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer", "maximum": 5, "exclusiveMaximum": True}
+    draft4 = {
+        "$schema": "http://json-schema.org/draft-04/schema#",
+        "type": "integer",
+        "maximum": 5,
+        "exclusiveMaximum": True,
+    }
     assert check_json("5", draft4)[1][0].keyword == "maximum"
     assert check_json("4", draft4) == (4, [])
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
+from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 
 __all__ = ["Backend", "CompiledGrammar", "EngineSpec", "JsonOptions", "Matcher", "get_backend"]
 
@@ -10,15 +10,15 @@ __all__ = ["Backend", "CompiledGrammar", "EngineSpec", "JsonOptions", "Matcher",
 def get_backend(name: str) -> type[Backend]:
     """The backend class registered under ``name`` (imported lazily: engines are heavy)."""
     if name == "xgrammar":
-        from grammar.backends.xgrammar import XGrammarBackend
+        from tokenmold.grammar.backends.xgrammar import XGrammarBackend
 
         return XGrammarBackend
     if name == "llguidance":
-        from grammar.backends.llguidance import LLGuidanceBackend
+        from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 
         return LLGuidanceBackend
     if name == "outlines":
-        from grammar.backends.outlines import OutlinesBackend
+        from tokenmold.grammar.backends.outlines import OutlinesBackend
 
         return OutlinesBackend
     raise ValueError(f"unknown grammar backend {name!r}")

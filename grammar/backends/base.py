@@ -9,16 +9,16 @@ A matcher never raises mid-generation: a rejected token puts it into a sticky er
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from grammar.errors import UnsupportedFeature
+from tokenmold.grammar.errors import UnsupportedFeature
 
 if TYPE_CHECKING:
     import torch
 
-    from grammar.tools import ToolCalls
-    from grammar.vocabulary import Vocabulary
+    from tokenmold.grammar.tools import ToolCalls
+    from tokenmold.grammar.vocabulary import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,9 @@ LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
 #: An optional line after the marker: tokens the engine's matcher consumes before its first mask,
 #: because the request's prompt already ends with them (jump-forward, see ``EngineSpec``).
 _FORCED_LINE = "%forced "
+#: An optional first line after the marker: the engine also runs the duplicate-key guard
+#: (``tokenmold.grammar.key_guard``) for this grammar, whose JSON has explicitly open objects.
+_UNIQUE_KEYS_LINE = "%unique-keys\n"
 
 
 def read_llguidance_spec(text: str) -> tuple[str, tuple[int, ...]] | None:
@@ -52,11 +55,11 @@ def read_llguidance_spec(text: str) -> tuple[str, tuple[int, ...]] | None:
     ``None`` for any other grammar."""
     if not text.startswith(LLGUIDANCE_MARKER):
         return None
-    body = text[len(LLGUIDANCE_MARKER):]
+    body = text[len(LLGUIDANCE_MARKER) :].removeprefix(_UNIQUE_KEYS_LINE)
     if not body.startswith(_FORCED_LINE):
         return body, ()
     line, _, grammar = body.partition("\n")
-    return grammar, tuple(int(token) for token in line[len(_FORCED_LINE):].split(","))
+    return grammar, tuple(int(token) for token in line[len(_FORCED_LINE) :].split(","))
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,20 @@ class EngineSpec:
         if parsed is None or parsed[1] or not self.forced_tokens:
             raise ValueError("only an llguidance spec with forced tokens can jump forward")
         line = _FORCED_LINE + ",".join(str(token) for token in self.forced_tokens) + "\n"
-        return EngineSpec(self.kind, LLGUIDANCE_MARKER + line + parsed[0], self.backend)
+        guard = _UNIQUE_KEYS_LINE if self.guards_keys else ""
+        return EngineSpec(self.kind, LLGUIDANCE_MARKER + guard + line + parsed[0], self.backend)
+
+    @property
+    def guards_keys(self) -> bool:
+        """Whether the engine runs the duplicate-key guard next to this grammar."""
+        return self.text.startswith(LLGUIDANCE_MARKER + _UNIQUE_KEYS_LINE)
+
+    def with_key_guard(self) -> EngineSpec:
+        """This llguidance spec with the duplicate-key guard asked for."""
+        if read_llguidance_spec(self.text) is None or self.guards_keys:
+            raise ValueError("only an llguidance spec takes the key guard, once")
+        text = LLGUIDANCE_MARKER + _UNIQUE_KEYS_LINE + self.text[len(LLGUIDANCE_MARKER) :]
+        return replace(self, text=text)
 
 
 class Matcher(ABC):
@@ -167,7 +183,7 @@ class Backend(ABC):
         return self.compile_ebnf("root ::= " + " | ".join(ebnf_literal(c) for c in choices))
 
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> CompiledGrammar:
-        """Tool calls in the tagged format of ``grammar.tools`` (parameters already normalized;
+        """Tool calls in the tagged format of ``tokenmold.grammar.tools`` (parameters already normalized;
         each tool's ``strict`` overrides ``options.strict_properties``). Free text with optional
         calls needs the engine's own trigger-and-dispatch support, so it is per backend."""
         raise UnsupportedFeature(f"the {self.name} backend cannot compile tool calls", keyword="tools")

@@ -9,7 +9,7 @@ to llguidance inside vLLM's engine. There is no per-vocabulary precompute: "comp
 schema shows up in the first masks rather than at compile time.
 
 llguidance never raises for a bad grammar or token; it enters a sticky error state that we read
-back (``is_error``/``get_error``) and turn into the typed errors of ``grammar.errors``.
+back (``is_error``/``get_error``) and turn into the typed errors of ``tokenmold.grammar.errors``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import llguidance
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
-from grammar.backends.base import (
+from tokenmold.grammar.backends.base import (
     LLGUIDANCE_MARKER,
     Backend,
     CompiledGrammar,
@@ -31,7 +31,8 @@ from grammar.backends.base import (
     JsonOptions,
     TokenTextMatcher,
 )
-from grammar.errors import (
+from tokenmold.grammar.backends.llguidance_tools import tools_lark
+from tokenmold.grammar.errors import (
     CompileFailed,
     GrammarSyntaxError,
     LimitExceeded,
@@ -45,7 +46,8 @@ from grammar.errors import (
 if TYPE_CHECKING:
     import torch
 
-    from grammar.vocabulary import Vocabulary
+    from tokenmold.grammar.tools import ToolCalls
+    from tokenmold.grammar.vocabulary import Vocabulary
 
 #: "at 2(6): message" -- where llguidance found an error in Lark text.
 _LARK_WHERE = re.compile(r"^at (\d+)\((\d+)\): ")
@@ -62,7 +64,7 @@ def _first_message(raw: str) -> tuple[str, int | None, int | None]:
     where = _LARK_WHERE.match(head)
     if where is None:
         return head, None, None
-    return head[where.end():], int(where.group(1)), int(where.group(2))
+    return head[where.end() :], int(where.group(1)), int(where.group(2))
 
 
 def _schema_error(raw: str) -> ShapeError:
@@ -85,7 +87,7 @@ def _lark_error(raw: str) -> ShapeError:
 def _regex_error(raw: str) -> ShapeError:
     """The ``error: ...`` line of the regex parser, with the caret column of its excerpt."""
     lines = raw.splitlines()
-    reason = next((ln[len("error: "):] for ln in lines if ln.startswith("error: ")), _first_message(raw)[0])
+    reason = next((ln[len("error: ") :] for ln in lines if ln.startswith("error: ")), _first_message(raw)[0])
     caret = next((ln for ln in lines if ln.strip() and set(ln.strip()) == {"^"}), None)
     column = caret.index("^") - 3 if caret is not None else None  # the excerpt is indented by 4
     return RegexError(f"llguidance: {reason}", line=1 if column else None, column=column)
@@ -164,6 +166,11 @@ class LLGuidanceBackend(Backend):
             layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
             schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
         return self.compile_lark("start: %json " + json.dumps(schema), _schema_error)
+
+    def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> LLGuidanceCompiled:
+        """Tool calls (``llguidance_tools``); compact JSON whatever ``options.max_whitespace`` says,
+        for the reason given in ``compile_json_schema``."""
+        return self.compile_lark(tools_lark(calls), _schema_error)
 
     def compile_ebnf(self, grammar: str) -> LLGuidanceCompiled:
         """GBNF (xgrammar's dialect is GBNF-like) or Lark, converted by llguidance's own converter."""

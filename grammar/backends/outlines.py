@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 import outlines_core
 from outlines_core.json_schema import build_regex_from_schema
 
-from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, TokenTextMatcher
-from grammar.errors import (
+from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, TokenTextMatcher
+from tokenmold.grammar.errors import (
     CompileFailed,
     RegexError,
     SchemaError,
@@ -31,7 +31,7 @@ from grammar.errors import (
 if TYPE_CHECKING:
     import torch
 
-    from grammar.vocabulary import Vocabulary
+    from tokenmold.grammar.vocabulary import Vocabulary
 
 #: Characters with a meaning in Rust regex syntax; escaping them (and only them) makes a literal.
 _REGEX_META = frozenset("\\.+*?()|[]{}^$#&-~")

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING, Any
 
 import xgrammar as xgr
 
-from grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
-from grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
-from grammar.tools import TOOL_CALL_BEGIN, TOOL_CALL_END, TOOL_CALL_SEPARATOR
+from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
+from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
 
 if TYPE_CHECKING:
     import torch
 
-    from grammar.tools import ToolCalls
+    from tokenmold.grammar.tools import ToolCalls
 
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")
 _LINE_COL = re.compile(r"at line (\d+), column (\d+)")
@@ -78,7 +77,8 @@ class XGrammarMatcher(Matcher):
 
     def jump_forward_string(self) -> str:
         """The text the grammar forces next (possibly empty)."""
-        return self._matcher.find_jump_forward_string()
+        forced: str = self._matcher.find_jump_forward_string()
+        return forced
 
 
 class XGrammarCompiled(CompiledGrammar):
@@ -111,23 +111,60 @@ class XGrammarBackend(Backend):
         return self._compile(_json_grammar(schema, options))
 
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> XGrammarCompiled:
-        bodies = [
-            {"type": "grammar", "grammar": str(_json_grammar(
-                tool.call_schema(), replace(options, strict_properties=tool.strict),
-                pointer=f"/tools/{i}/parameters",
-            ))}
+        """A structural tag in the calls' own syntax (``calls.tool_format``): each function's call is
+        a tag whose begin names it and whose content is its parameters' JSON grammar."""
+        syntax = calls.tool_format.syntax
+        tags = [
+            {
+                "type": "tag",
+                "begin": syntax.begin(tool.name),
+                "content": {
+                    "type": "grammar",
+                    "grammar": str(
+                        _json_grammar(
+                            tool.parameters,
+                            replace(options, strict_properties=tool.strict),
+                            pointer=f"/tools/{i}/parameters",
+                        )
+                    ),
+                },
+                "end": syntax.call_end,
+            }
             for i, tool in enumerate(calls.tools)
         ]
-        content = bodies[0] if len(bodies) == 1 else {"type": "or", "elements": bodies}
-        tag = {"type": "tag", "begin": TOOL_CALL_BEGIN, "content": content, "end": TOOL_CALL_END}
-        if calls.required and not calls.parallel:
-            form: dict[str, Any] = tag
-        elif calls.required:
-            form = {"type": "tags_with_separator", "tags": [tag], "separator": TOOL_CALL_SEPARATOR,
-                    "at_least_one": True}
+        # With an answer format the calls part is the required form, and the answer the other branch.
+        calls_only = calls.required or calls.answer is not None
+        listed = {
+            "type": "tags_with_separator",
+            "tags": tags,
+            "separator": syntax.separator,
+            "at_least_one": True,
+            "stop_after_first": not calls.parallel,
+        }
+        form: dict[str, Any]
+        if syntax.section_begin:  # one section holds the call list (Mistral's [TOOL_CALLS] [...])
+            section = {"type": "tag", "begin": syntax.section_begin, "content": listed, "end": syntax.section_end}
+            form = (
+                section
+                if calls_only
+                else {
+                    "type": "triggered_tags",
+                    "triggers": [syntax.trigger],
+                    "tags": [section],
+                    "stop_after_first": True,
+                }
+            )
+        elif calls_only:
+            form = listed
         else:
-            form = {"type": "triggered_tags", "triggers": [TOOL_CALL_BEGIN], "tags": [tag],
-                    "stop_after_first": not calls.parallel}
+            form = {
+                "type": "triggered_tags",
+                "triggers": [syntax.trigger],
+                "tags": tags,
+                "stop_after_first": not calls.parallel,
+            }
+        if calls.answer is not None:
+            form = _or_answer(form, calls, options)
         try:
             grammar = xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": form}))
         except (RuntimeError, ValueError) as exc:
@@ -188,3 +225,11 @@ def _json_grammar(schema: dict[str, Any] | bool, options: JsonOptions, pointer: 
     except UnicodeDecodeError:
         message = _undecodable(json.dumps(schema, ensure_ascii=False))
         raise SchemaError(f"xgrammar cannot convert the schema: {message}", pointer=pointer) from None
+
+
+def _or_answer(calls_form: dict[str, Any], calls: ToolCalls, options: JsonOptions) -> dict[str, Any]:
+    """Tool calls or a direct answer in the caller's format, as one structural tag: the output
+    begins either with the call tag or with the answer's JSON, never with free text."""
+    assert calls.answer is not None
+    answer = _json_grammar(calls.answer, replace(options, strict_properties=calls.answer_strict), pointer="/answer")
+    return {"type": "or", "elements": [calls_form, {"type": "grammar", "grammar": str(answer)}]}

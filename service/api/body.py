@@ -11,24 +11,29 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from service.api.errors import error_response
+from tokenmold.service.api.errors import error_response
 
 
 class BodyLimit:
-    def __init__(self, app: Any, max_bytes: int) -> None:
+    """``max_bytes`` on every path but those in ``per_path`` (file uploads): ``(limit, flag)`` each."""
+
+    def __init__(self, app: Any, max_bytes: int, per_path: dict[str, tuple[int, str]] | None = None) -> None:
         self.app = app
         self.max_bytes = max_bytes
-
-    def _message(self, size: str) -> str:
-        return f"the request body is {size} bytes; the limit is {self.max_bytes} (--max-body-bytes)"
+        self.per_path = per_path or {}
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit, flag = self.per_path.get(scope["path"], (self.max_bytes, "--max-body-bytes"))
+
+        def too_large(size: str) -> str:
+            return f"the request body is {size} bytes; the limit is {limit} ({flag})"
+
         declared = dict(scope["headers"]).get(b"content-length", b"").decode()
-        if declared.isdigit() and int(declared) > self.max_bytes:
-            await error_response(413, self._message(declared), code="request_too_large")(scope, receive, send)
+        if declared.isdigit() and int(declared) > limit:
+            await error_response(413, too_large(declared), code="request_too_large")(scope, receive, send)
             return
         received = 0
 
@@ -37,9 +42,9 @@ class BodyLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     # An HTTPException passes FastAPI's body parsing untouched and reaches our mapper.
-                    raise HTTPException(413, self._message(f"more than {self.max_bytes}"))
+                    raise HTTPException(413, too_large(f"more than {limit}"))
             return message
 
         await self.app(scope, counted, send)

@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from fastapi import Request
 from starlette.exceptions import HTTPException
 
-from service.errors import RequestError
+from tokenmold.service.errors import RequestError
 
 if TYPE_CHECKING:
-    from service.api.generation import Generation
-    from service.runtime import Runtime
+    from tokenmold.service.api.generation import Generation
+    from tokenmold.service.runtime import Runtime
 
 #: Per-request override of ``--reject-unaccepted`` ("true" / "false").
 REJECT_HEADER = "X-Tokenmold-Reject-Unaccepted"

@@ -4,12 +4,15 @@
 | exception | status | code |
 |---|---|---|
 | grammar ``ShapeError`` (bad shape; limit; compile timeout) | 400 | the error's own (``invalid_schema``, ...) |
-| ``RequestError`` (``PromptTooLong``: ``context_length_exceeded``) | 400 | the error's own |
+| ``RequestError`` (``PromptTooLong``, ``BudgetTooSmall``) | 400 | the error's own (``context_length_exceeded``, ...) |
 | ``ModelNotFound`` | 404 | ``model_not_found`` |
 | request validation (FastAPI's or ``SamplingOptions``') | 400 | ``invalid_request`` |
 | body larger than ``--max-body-bytes`` | 413 | ``request_too_large`` |
 | ``Unaccepted`` (reject-unaccepted mode) | 422 | ``unaccepted_output``, with ``validation`` |
 | ``EngineUnavailable`` | 503 | ``engine_unavailable`` |
+| grammar ``CompileUnavailable`` (compile worker died; no worker free in time) | 503 | ``compile_unavailable`` |
+| any request while draining (SIGTERM) or once the engine died (``lifecycle.Gate``) | 503 | ``shutting_down``, |
+| | | ``engine_unavailable`` |
 | anything else | 500 | ``internal_error`` (logged; no internals in the body) |
 
 Shape errors keep their precise message (JSON Pointer, keyword, line:column); ``param`` names the
@@ -27,15 +30,22 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from grammar import ShapeError
-from schemas.openai import ChoiceVerdict, ErrorBody, ErrorDetail
-from service.errors import EngineUnavailable, ModelNotFound, RequestError, Unaccepted
+from tokenmold.grammar import ShapeError
+from tokenmold.grammar.errors import CompileUnavailable
+from tokenmold.schemas.openai import ChoiceVerdict, ErrorBody, ErrorDetail
+from tokenmold.service.errors import EngineUnavailable, ModelNotFound, RequestError, Unaccepted
 
 log = logging.getLogger("tokenmold.api")
 
 #: OpenAI's ``type`` per status family, and our ``code`` for statuses raised as HTTPException.
-_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          413: "invalid_request_error", 422: "unaccepted_output_error", 503: "service_unavailable_error"}
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    422: "unaccepted_output_error",
+    503: "service_unavailable_error",
+}
 _CODES = {401: "invalid_api_key", 404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
 
 
@@ -48,7 +58,7 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "unknown model"),
         (413, "request body over --max-body-bytes"),
         (422, "reject-unaccepted mode: the output is not accepted (the body carries every verdict)"),
-        (503, "the engine is not running"),
+        (503, "the engine is not running, the server is shutting down, or no compile worker could take the shape"),
     )
 }
 
@@ -71,8 +81,11 @@ def error_response(
 ) -> JSONResponse:
     """An OpenAI error body (also used by the body-size middleware, outside the handlers)."""
     detail = ErrorDetail(
-        message=message, type=_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
-        param=param, code=code, validation=validation,
+        message=message,
+        type=_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error"),
+        param=param,
+        code=code,
+        validation=validation,
     )
     return JSONResponse(ErrorBody(error=detail).model_dump(mode="json", exclude_none=True), status, headers=headers)
 
@@ -113,6 +126,10 @@ def install(app: FastAPI) -> None:
     async def engine_unavailable(request: Request, exc: EngineUnavailable) -> JSONResponse:
         return error_response(503, f"the engine is unavailable: {exc}", code="engine_unavailable")
 
+    @app.exception_handler(CompileUnavailable)
+    async def compile_unavailable(request: Request, exc: CompileUnavailable) -> JSONResponse:
+        return error_response(503, str(exc), code=exc.code, headers={"Retry-After": "1"})
+
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         return error_response(
@@ -127,7 +144,7 @@ def install(app: FastAPI) -> None:
 
 def _validation_error(errors: Any, *, drop_prefix: bool) -> JSONResponse:
     """400 naming the first offending fields, e.g. ``messages[0].role: Input should be ...``."""
-    described = []
+    described: list[tuple[str | None, str]] = []
     for error in list(errors)[:3]:
         loc = list(error.get("loc", ()))
         if drop_prefix and loc and loc[0] == "body":

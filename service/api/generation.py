@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import anyio
@@ -18,15 +18,15 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
-from grammar import CompiledShape
-from schemas.openai import ChoiceVerdict, GenerationRequest
-from service.api.deps import reject_unaccepted
-from service.api.errors import unaccepted_response
-from service.api.metrics import CLIENT_GONE, Metrics
-from service.api.settings import ServerSettings
-from service.api.translate import Plan, unaccepted
-from service.errors import ModelNotFound, Unaccepted
-from service.runtime import GenerationResult, Runtime, StreamDelta
+from tokenmold.grammar import CompiledShape
+from tokenmold.schemas.openai import ChoiceVerdict, GenerationRequest
+from tokenmold.service.api.deps import reject_unaccepted
+from tokenmold.service.api.errors import unaccepted_response
+from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
+from tokenmold.service.api.settings import ServerSettings
+from tokenmold.service.api.translate import Plan, unaccepted
+from tokenmold.service.errors import ModelNotFound, Unaccepted
+from tokenmold.service.runtime import GenerationResult, Runtime, StreamDelta
 
 T = TypeVar("T")
 
@@ -34,9 +34,38 @@ T = TypeVar("T")
 class Streamer(Protocol):
     """``translate.ChatStream`` or ``translate.CompletionStream``."""
 
-    def chunks(self, delta: StreamDelta) -> list[BaseModel]: ...
+    def chunks(self, delta: StreamDelta) -> Sequence[BaseModel]: ...
 
     def usage_chunk(self) -> BaseModel: ...
+
+
+class Frames(Protocol):
+    """A stream's wire format: the server-sent events for each delta, and the closing ones (given
+    the unaccepted verdicts when the request is in 422 mode, else nothing)."""
+
+    def events(self, delta: StreamDelta) -> list[str]: ...
+
+    def closing(self, rejected: list[ChoiceVerdict]) -> list[str]: ...
+
+
+class ChunkFrames:
+    """Chat and completions: ``data: {chunk}`` events, then the usage chunk if asked for (or, with
+    rejected outputs, the 422 body, which the SDK raises), then ``data: [DONE]``."""
+
+    def __init__(self, streamer: Streamer, *, include_usage: bool) -> None:
+        self.streamer = streamer
+        self.include_usage = include_usage
+
+    def events(self, delta: StreamDelta) -> list[str]:
+        return [f"data: {chunk.model_dump_json()}\n\n" for chunk in self.streamer.chunks(delta)]
+
+    def closing(self, rejected: list[ChoiceVerdict]) -> list[str]:
+        out = []
+        if rejected:
+            out.append(f"data: {bytes(unaccepted_response(rejected).body).decode()}\n\n")
+        elif self.include_usage:
+            out.append(f"data: {self.streamer.usage_chunk().model_dump_json()}\n\n")
+        return [*out, "data: [DONE]\n\n"]
 
 
 class Generation:
@@ -72,9 +101,8 @@ class Generation:
         if not body.stream:
             return await self.complete(request, plan, reject=reject, answer=lambda r: answer(r, plan, model=model))
         include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        return await self.stream(
-            request, plan, reject=reject, streamer=streamer(plan, model=model), include_usage=include_usage
-        )
+        frames = ChunkFrames(streamer(plan, model=model), include_usage=include_usage)
+        return await self.stream(request, plan, reject=reject, frames=frames)
 
     async def complete(
         self, request: Request, plan: Plan, *, reject: bool, answer: Callable[[GenerationResult], BaseModel]
@@ -91,12 +119,10 @@ class Generation:
             raise Unaccepted(rejected)
         return JSONResponse(answer(result).model_dump(mode="json"))
 
-    async def stream(
-        self, request: Request, plan: Plan, *, reject: bool, streamer: Streamer, include_usage: bool
-    ) -> StreamingResponse:
-        """Server-sent events: ``data: {chunk}`` ... ``data: [DONE]``. Errors up to the first delta
-        (compile, prompt too long, engine down) are still plain HTTP errors. With ``reject``, an
-        unaccepted output ends the stream with an error event (the status line is long gone)."""
+    async def stream(self, request: Request, plan: Plan, *, reject: bool, frames: Frames) -> StreamingResponse:
+        """Server-sent events, written by ``frames``. Errors up to the first delta (compile, prompt
+        too long, engine down) are still plain HTTP errors. With ``reject``, an unaccepted output
+        ends the stream with an error event (the status line is long gone)."""
         compiled = await self._compile(request, plan)
         deltas = self.runtime.stream(plan.prompt, compiled, plan.sampling)
         first = await anext(deltas)
@@ -110,13 +136,10 @@ class Generation:
                         self.metrics.observe_verdict(delta.verdict, count_prompt=not finished)
                         finished.add(delta.index)
                         rejected += unaccepted([(delta.index, delta.verdict)])
-                    for chunk in streamer.chunks(delta):
-                        yield f"data: {chunk.model_dump_json()}\n\n"
-                if reject and rejected:
-                    yield f"data: {bytes(unaccepted_response(rejected).body).decode()}\n\n"
-                elif include_usage:
-                    yield f"data: {streamer.usage_chunk().model_dump_json()}\n\n"
-                yield "data: [DONE]\n\n"
+                    for event in frames.events(delta):
+                        yield event
+                for event in frames.closing(rejected if reject else []):
+                    yield event
             finally:
                 # A client that goes away cancels this generator; shielded, the engine abort still runs.
                 with anyio.CancelScope(shield=True):

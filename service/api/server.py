@@ -1,45 +1,96 @@
-"""``tokenmold serve``: build the runtime from the command line and run the app under uvicorn."""
+"""``tokenmold serve``: build the runtime from the command line and run the app under uvicorn.
+
+The uvicorn server is wrapped so that SIGTERM drains (``lifecycle.py``) instead of stopping at once,
+and so that a dead engine process stops the server with exit status 1.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
 
-from grammar import Limits
-from service.engine import EngineConfig
-from service.runtime import Runtime, RuntimeConfig
+import uvicorn
+
+from tokenmold.grammar import Limits
+from tokenmold.service.api.lifecycle import Lifecycle
+from tokenmold.service.engine import EngineConfig
+from tokenmold.service.runtime import Runtime, RuntimeConfig
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, checking the lifecycle on each tick of its main loop (every 0.1 s)."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle, engine_dead: Callable[[], bool]) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+        self.engine_dead = engine_dead
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """The first SIGTERM/SIGINT drains; a second one stops now (uvicorn's own handling)."""
+        if self.lifecycle.refusing:
+            super().handle_exit(sig, frame)
+        else:
+            logging.getLogger("uvicorn.error").warning(
+                "draining: new requests get 503; up to %g s for %d in flight",
+                self.lifecycle.grace_s,
+                self.lifecycle.in_flight,
+            )
+            self.lifecycle.drain()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.lifecycle.failure is None and self.engine_dead():
+            logging.getLogger("uvicorn.error").error("the engine process died; stopping (exit status 1)")
+            self.lifecycle.fail("the engine process died")
+        if self.lifecycle.should_exit():
+            self.should_exit = True
+        return await super().on_tick(counter)
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from tokenmold.service.api.app import create_app
+    from tokenmold.service.api.settings import ServerSettings
 
-    from service.api.app import create_app
-    from service.api.settings import ServerSettings
-
-    runtime = Runtime(RuntimeConfig(
-        engine=EngineConfig(
-            model=args.model,
-            max_model_len=args.max_model_len,
-            max_num_seqs=args.max_num_seqs,
-            tensor_parallel_size=args.tensor_parallel_size,
-            data_parallel_size=args.data_parallel_size,
-            reasoning_parser=args.reasoning_parser,
-        ),
-        limits=Limits(compile_timeout_s=args.compile_timeout),
-        compile_workers=args.compile_workers,
-        jump_forward=args.jump_forward,
-    ))
+    runtime = Runtime(
+        RuntimeConfig(
+            engine=EngineConfig(
+                model=args.model,
+                max_model_len=args.max_model_len,
+                max_num_seqs=args.max_num_seqs,
+                tensor_parallel_size=args.tensor_parallel_size,
+                data_parallel_size=args.data_parallel_size,
+                reasoning_parser=args.reasoning_parser,
+            ),
+            limits=Limits(compile_timeout_s=args.compile_timeout),
+            compile_workers=args.compile_workers,
+            compile_queue_timeout_s=args.compile_queue_timeout,
+            jump_forward=args.jump_forward,
+            tool_call_format=args.tool_call_format,
+            repetition_guard=args.repetition_guard,
+        )
+    )
     settings = ServerSettings(
         model_name=args.served_model_name or Path(runtime.model.path).name,
         api_key=args.api_key,
         max_body_bytes=args.max_body_bytes,
         reject_unaccepted=args.reject_unaccepted,
+        batch_dir=args.batch_dir,
+        max_file_bytes=args.max_file_bytes,
+    )
+    lifecycle = Lifecycle(grace_s=args.shutdown_grace)
+    config = uvicorn.Config(
+        create_app(runtime, settings, lifecycle),
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        # After the drain: open keep-alive or streaming connections must not keep a stopped
+        # server (and its engine) alive.
+        timeout_graceful_shutdown=10,
     )
     try:
-        # A bounded graceful shutdown: open keep-alive or streaming connections must not keep a
-        # stopped server (and its engine) alive.
-        uvicorn.run(create_app(runtime, settings), host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=10)
+        _Server(config, lifecycle, lambda: runtime.engine_dead).run()
     finally:
         runtime.shutdown()  # also when uvicorn fails before the app's own shutdown (port taken)
-    return 0
+    return lifecycle.exit_code

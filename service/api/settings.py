@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -19,9 +20,15 @@ class ServerSettings:
     reject_unaccepted:
         Answer 422 instead of 200 when an output is truncated or invalid (per request:
         the ``X-Tokenmold-Reject-Unaccepted`` header overrides it).
+    batch_dir:
+        Where ``/v1/files`` and ``/v1/batches`` keep their state (default ``$TOKENMOLD_HOME/batch``).
+    max_file_bytes:
+        Largest ``/v1/files`` upload (the other routes keep ``max_body_bytes``).
     """
 
     model_name: str
     api_key: str | None = None
     max_body_bytes: int = 2_000_000
     reject_unaccepted: bool = False
+    batch_dir: Path | None = None
+    max_file_bytes: int = 200_000_000

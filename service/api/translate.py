@@ -14,8 +14,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from grammar import CompileOptions, Shape, ShapeKind
-from schemas.openai import (
+from tokenmold.grammar import CompileOptions, Shape, ShapeKind
+from tokenmold.grammar.toolformats import CallDelta, ParsedCall, StreamPiece, ToolCallStream, ToolFormat
+from tokenmold.grammar.tools import ToolCalls
+from tokenmold.schemas.openai import (
     AssistantMessage,
     ChatChoice,
     ChatChunkChoice,
@@ -28,9 +30,11 @@ from schemas.openai import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    FunctionCallDelta,
     GenerationRequest,
     JsonObjectFormat,
     JsonSchemaFormat,
+    StructuredOutputs,
     TextCompletion,
     TextFormat,
     TokenLogprob,
@@ -38,12 +42,13 @@ from schemas.openai import (
     TopLogprob,
     Validation,
 )
-from schemas.sampling import SamplingOptions
-from schemas.verdict import Usage, Verdict, VerdictStatus
-from service.errors import RequestError
-from service.model_info import ModelInfo
-from service.runtime import GenerationResult, Prompt, StreamDelta
-from service.tools import chat_messages, tool_answer, tool_shape
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
+from tokenmold.service.api.fields import check_chat_fields, check_completion_fields, function_tools
+from tokenmold.service.errors import RequestError
+from tokenmold.service.model_info import ModelInfo
+from tokenmold.service.runtime import GenerationResult, Prompt, StreamDelta
+from tokenmold.service.tools import chat_messages, tool_answer, tool_shape, tools_or_format
 
 
 @dataclass(frozen=True)
@@ -58,36 +63,46 @@ class Plan:
     shape_param: str | None = None
 
     @property
-    def tools(self) -> bool:
-        """Answers are tool calls (translated into ``tool_calls``)."""
-        return self.shape is not None and self.shape.kind is ShapeKind.TOOLS
+    def tool_format(self) -> ToolFormat | None:
+        """The format answers write their calls in, when they are tool-shaped (translated into
+        ``tool_calls``); ``None`` otherwise."""
+        if self.shape is None or not isinstance(self.shape.source, ToolCalls):
+            return None
+        return self.shape.source.tool_format
 
 
 def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
+    check_chat_fields(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     shape, options, param = _output_shape(body)
-    choice = body.tool_choice or ("auto" if body.tools else "none")
-    if choice != "none" and not body.tools:
+    tools, choice = function_tools(body)
+    if choice != "none" and not tools:
         raise RequestError("tool_choice needs tools", param="tool_choice")
-    if body.tools and choice != "none":
-        if shape is not None:
-            raise RequestError(
-                f"{param} cannot be combined with tools unless tool_choice is 'none'", param=param
-            )
-        shape, param = tool_shape(body.tools, choice, body.parallel_tool_calls), "tools"
+    if tools and choice != "none":
+        calls = tool_shape(tools, choice, body.parallel_tool_calls, tool_format=model.tool_format)
+        shape = calls if shape is None or calls is None else tools_or_format(calls, shape, options, param=param)
+        param = "tools"
     messages, template_tools = chat_messages(
-        body.messages, tools=body.tools, choice=choice, template_renders_tools=model.template_renders_tools
+        body.messages,
+        tools=tools,
+        choice=choice,
+        template_renders_tools=model.template_renders_tools,
+        tool_format=model.tool_format,
+        answer_json=shape is not None and shape.kind is ShapeKind.TOOLS and shape.source.answer is not None,
     )
     sampling = _sampling(
-        body, model,
+        body,
+        model,
         max_tokens=body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
     )
-    return Plan(Prompt(messages=messages, tools=template_tools), shape, sampling, options, param)
+    prompt = Prompt(messages=messages, tools=template_tools, template_kwargs=body.chat_template_kwargs or {})
+    return Plan(prompt, shape, sampling, options, param)
 
 
 def completion_plan(body: CompletionRequest, model: ModelInfo) -> Plan:
+    check_completion_fields(body)
     prompts = [body.prompt] if isinstance(body.prompt, str) else body.prompt
     if len(prompts) != 1:
         raise RequestError(f"one prompt per request, got {len(prompts)}", param="prompt")
@@ -97,24 +112,49 @@ def completion_plan(body: CompletionRequest, model: ModelInfo) -> Plan:
 
 
 def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions, str | None]:
-    """The shape asked for with response_format or one of the extensions (at most one of them)."""
+    """The shape asked for with response_format, one of the extensions or vLLM's
+    ``structured_outputs`` (at most one of them)."""
     fmt = None if isinstance(body.response_format, TextFormat) else body.response_format
-    candidates = {"response_format": fmt, "grammar": body.grammar, "regex": body.regex, "choice": body.choice}
-    given = [name for name, value in candidates.items() if value is not None]
+    layout: dict[str, Any] = (
+        {} if body.max_extra_properties is None else {"max_extra_properties": body.max_extra_properties}
+    )
+    so = body.structured_outputs or StructuredOutputs()
+    candidates: dict[str, Any] = {
+        "response_format": fmt,
+        "grammar": body.grammar,
+        "regex": body.regex,
+        "choice": body.choice,
+        "structured_outputs.json": so.json_,
+        "structured_outputs.json_object": {"type": "object"} if so.json_object else None,
+        "structured_outputs.grammar": so.grammar,
+        "structured_outputs.regex": so.regex,
+        "structured_outputs.choice": so.choice,
+    }
+    given = {name: value for name, value in candidates.items() if value is not None}
     if len(given) > 1:
-        raise RequestError(f"give at most one output shape; got {', '.join(given)}", param=given[1])
-    if isinstance(fmt, JsonSchemaFormat):
-        shape = Shape.from_json_schema(fmt.json_schema.schema_)
-        return shape, CompileOptions(strict=bool(fmt.json_schema.strict)), "response_format.json_schema.schema"
-    if isinstance(fmt, JsonObjectFormat):
-        return Shape.from_json_schema({"type": "object"}), CompileOptions(), "response_format"
-    if body.grammar is not None:
-        return Shape.from_ebnf(body.grammar), CompileOptions(), "grammar"
-    if body.regex is not None:
-        return Shape.from_regex(body.regex), CompileOptions(), "regex"
-    if body.choice is not None:
-        return Shape.from_choice(body.choice), CompileOptions(), "choice"
-    return None, CompileOptions(), None
+        names = list(given)
+        raise RequestError(f"give at most one output shape; got {', '.join(names)}", param=names[1])
+    if not given:
+        return None, CompileOptions(**layout), None
+    name, value = next(iter(given.items()))
+    if isinstance(value, JsonSchemaFormat):
+        shape = Shape.from_json_schema(value.json_schema.schema_)
+        return (
+            shape,
+            CompileOptions(strict=bool(value.json_schema.strict), **layout),
+            "response_format.json_schema.schema",
+        )
+    if isinstance(value, JsonObjectFormat):
+        return Shape.from_json_schema({"type": "object"}), CompileOptions(**layout), "response_format"
+    compact = CompileOptions(max_whitespace=0 if so.disable_any_whitespace else 2, **layout)
+    kind = name.rpartition(".")[2]
+    if kind in ("json", "json_object"):
+        return Shape.from_json_schema(value), compact, name
+    if kind == "grammar":
+        return Shape.from_ebnf(value), compact, name
+    if kind == "regex":
+        return Shape.from_regex(value), compact, name
+    return Shape.from_choice(value), compact, name
 
 
 def _sampling(
@@ -130,11 +170,23 @@ def _sampling(
             )
         bias[int(key)] = value
     fields: dict[str, Any] = {
-        "max_tokens": max_tokens, "temperature": body.temperature, "top_p": body.top_p, "top_k": body.top_k,
-        "min_p": body.min_p, "seed": body.seed, "presence_penalty": body.presence_penalty,
-        "frequency_penalty": body.frequency_penalty, "repetition_penalty": body.repetition_penalty,
-        "n": body.n, "min_tokens": body.min_tokens, "ignore_eos": body.ignore_eos, "logprobs": logprobs,
-        "stop": [body.stop] if isinstance(body.stop, str) else body.stop, "logit_bias": bias,
+        "max_tokens": max_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "min_p": body.min_p,
+        "seed": body.seed,
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "repetition_penalty": body.repetition_penalty,
+        "n": body.n,
+        "min_tokens": body.min_tokens,
+        "ignore_eos": body.ignore_eos,
+        "logprobs": logprobs,
+        "stop": [body.stop] if isinstance(body.stop, str) else body.stop,
+        "logit_bias": bias,
+        "stop_token_ids": body.stop_token_ids,
+        "include_stop_str_in_output": body.include_stop_str_in_output,
     }
     return SamplingOptions(**{name: value for name, value in fields.items() if value is not None})
 
@@ -154,7 +206,8 @@ def unaccepted(verdicts: Iterable[tuple[int, Verdict]]) -> list[ChoiceVerdict]:
     """The verdicts of choices that are not accepted (the 422 mode's body), empty if all are."""
     return [
         ChoiceVerdict(index=index, **validation(verdict).model_dump())
-        for index, verdict in verdicts if verdict.status is not VerdictStatus.ACCEPTED
+        for index, verdict in verdicts
+        if verdict.status is not VerdictStatus.ACCEPTED
     ]
 
 
@@ -162,19 +215,22 @@ def chat_response(result: GenerationResult, plan: Plan, *, model: str) -> ChatCo
     top = plan.sampling.logprobs or 0
     choices = []
     for c in result.completions:
-        content, tool_calls, finish = c.verdict.text, None, c.verdict.finish_reason
-        if plan.tools:
-            answer = tool_answer(c.verdict)
+        content: str | None = c.verdict.text
+        tool_calls, finish = None, c.verdict.finish_reason
+        if plan.tool_format is not None:
+            answer = tool_answer(c.verdict, tool_format=plan.tool_format)
             content, tool_calls, finish = answer.content, answer.tool_calls, answer.finish_reason
-        choices.append(ChatChoice(
-            index=c.index,
-            message=AssistantMessage(content=content, tool_calls=tool_calls, reasoning_content=c.reasoning),
-            logprobs=None if c.logprobs is None else ChoiceLogprobs(
-                content=chat_logprobs(c.token_ids, c.logprobs, top)
-            ),
-            finish_reason=finish,
-            validation=validation(c.verdict),
-        ))
+        choices.append(
+            ChatChoice(
+                index=c.index,
+                message=AssistantMessage(content=content, tool_calls=tool_calls, reasoning_content=c.reasoning),
+                logprobs=None
+                if c.logprobs is None
+                else ChoiceLogprobs(content=chat_logprobs(c.token_ids, c.logprobs, top)),
+                finish_reason=finish,
+                validation=validation(c.verdict),
+            )
+        )
     return ChatCompletion(
         id=new_id("chatcmpl"), created=int(time.time()), model=model, choices=choices, usage=_usage(result)
     )
@@ -184,7 +240,9 @@ def completion_response(result: GenerationResult, plan: Plan, *, model: str) -> 
     top = plan.sampling.logprobs or 0
     choices = [
         CompletionChoice(
-            index=c.index, text=c.verdict.text, finish_reason=c.verdict.finish_reason,
+            index=c.index,
+            text=c.verdict.text,
+            finish_reason=c.verdict.finish_reason,
             logprobs=completion_logprobs(c.token_ids, c.logprobs, top) if c.logprobs is not None else None,
             validation=validation(c.verdict),
         )
@@ -197,8 +255,9 @@ def completion_response(result: GenerationResult, plan: Plan, *, model: str) -> 
 
 def _usage(result: GenerationResult) -> Usage:
     completion = sum(c.verdict.usage.completion_tokens for c in result.completions)
-    return Usage(prompt_tokens=result.prompt_tokens, completion_tokens=completion,
-                 total_tokens=result.prompt_tokens + completion)
+    return Usage(
+        prompt_tokens=result.prompt_tokens, completion_tokens=completion, total_tokens=result.prompt_tokens + completion
+    )
 
 
 def chat_logprobs(token_ids: list[int], logprobs: list[dict[int, Any]] | None, top: int) -> list[TokenLogprob]:
@@ -206,12 +265,12 @@ def chat_logprobs(token_ids: list[int], logprobs: list[dict[int, Any]] | None, t
     from the logits after the grammar mask; a token the grammar forbids has probability 0 (logprob
     -inf, not representable in JSON) and is left out of ``top_logprobs``."""
     out = []
-    for token_id, alternatives in zip(token_ids, logprobs or []):
+    for token_id, alternatives in zip(token_ids, logprobs or [], strict=False):
         legal = [lp for lp in alternatives.values() if math.isfinite(lp.logprob)]
         best = sorted((lp for lp in legal if lp.rank is not None and lp.rank <= top), key=lambda lp: lp.rank)
-        out.append(TokenLogprob(
-            **_entry(alternatives[token_id]), top_logprobs=[TopLogprob(**_entry(lp)) for lp in best]
-        ))
+        out.append(
+            TokenLogprob(**_entry(alternatives[token_id]), top_logprobs=[TopLogprob(**_entry(lp)) for lp in best])
+        )
     return out
 
 
@@ -257,50 +316,84 @@ class ChatStream:
     """``Runtime.stream`` deltas to ``chat.completion.chunk`` objects.
 
     Every choice opens with a role chunk; text follows as vLLM releases it; the last chunk of a
-    choice carries ``finish_reason`` and ``validation``. Tool calls are not streamed piecewise: the
-    text of a tool-shaped answer is held back and its parsed calls arrive in that last chunk.
+    choice carries ``finish_reason`` and ``validation``. A tool-shaped answer goes through its
+    format's stream parser (``ToolCallStream``): free text streams except a tail that could still
+    begin a call; each call opens with its index, id and name, then its arguments follow fragment
+    by fragment; the last chunk says ``tool_calls`` only when every call is complete and parses
+    (a call cut off by max_tokens ends the choice with ``length``, as in the blocking answer).
     """
 
     def __init__(self, plan: Plan, *, model: str) -> None:
         self.plan = plan
         self.state = _StreamState(model=model, id=new_id("chatcmpl"))
         self._opened: set[int] = set()
+        self._calls: dict[int, ToolCallStream] = {}
+        self._ids: dict[tuple[int, int], str] = {}
 
     def chunks(self, delta: StreamDelta) -> list[ChatCompletionChunk]:
         out = []
         if delta.index not in self._opened:
             self._opened.add(delta.index)
             out.append(self._chunk(ChatChunkChoice(index=delta.index, delta=ChatDelta(role="assistant", content=""))))
-        content = None if self.plan.tools else delta.text or None
-        tool_calls, finish, check = None, None, None
+        content: str | None = delta.text
+        tool_calls: list[ToolCallDelta] = []
+        finish, check = None, None
+        fmt = self.plan.tool_format
+        if fmt is not None:
+            parser = self._calls.setdefault(delta.index, fmt.stream())
+            piece = parser.feed(delta.text)
+            if delta.verdict is not None:
+                answer = tool_answer(delta.verdict, tool_format=fmt)
+                calls = [ParsedCall(c.function.name, c.function.arguments) for c in answer.tool_calls or []]
+                rest = parser.finish(answer.content, calls if answer.tool_calls is not None else None)
+                piece = StreamPiece(piece.content + rest.content, piece.calls + rest.calls)
+                finish = answer.finish_reason
+            content = piece.content
+            tool_calls = [self._tool_call_delta(delta.index, call) for call in piece.calls]
         if delta.verdict is not None:
             self.state.usage[delta.index] = delta.verdict.usage
-            finish, check = delta.verdict.finish_reason, validation(delta.verdict)
-            if self.plan.tools:
-                answer = tool_answer(delta.verdict)
-                content, finish = answer.content, answer.finish_reason
-                tool_calls = [
-                    ToolCallDelta(index=i, id=call.id, function=call.function)
-                    for i, call in enumerate(answer.tool_calls or [])
-                ] or None
-        piece = ChatDelta(content=content, reasoning_content=delta.reasoning or None, tool_calls=tool_calls)
+            finish, check = finish or delta.verdict.finish_reason, validation(delta.verdict)
+        piece_delta = ChatDelta(
+            content=content or None, reasoning_content=delta.reasoning or None, tool_calls=tool_calls or None
+        )
         logprobs = None
         if delta.logprobs is not None:
             top = self.plan.sampling.logprobs or 0
             logprobs = ChoiceLogprobs(content=chat_logprobs(delta.token_ids, delta.logprobs, top))
-        if piece != ChatDelta() or finish or logprobs:
-            out.append(self._chunk(ChatChunkChoice(
-                index=delta.index, delta=piece, logprobs=logprobs, finish_reason=finish, validation=check
-            )))
+        if piece_delta != ChatDelta() or finish or logprobs:
+            out.append(
+                self._chunk(
+                    ChatChunkChoice(
+                        index=delta.index, delta=piece_delta, logprobs=logprobs, finish_reason=finish, validation=check
+                    )
+                )
+            )
         return out
+
+    def _tool_call_delta(self, choice: int, call: CallDelta) -> ToolCallDelta:
+        """OpenAI's form of a call piece: the first one of a call has its id, type and name."""
+        if call.name is None:
+            return ToolCallDelta(index=call.index, function=FunctionCallDelta(arguments=call.arguments))
+        fmt = self.plan.tool_format
+        assert fmt is not None
+        call_id = self._ids.setdefault((choice, call.index), fmt.new_call_id())
+        return ToolCallDelta(
+            index=call.index,
+            id=call_id,
+            type="function",
+            function=FunctionCallDelta(name=call.name, arguments=call.arguments),
+        )
 
     def usage_chunk(self) -> ChatCompletionChunk:
         return self._chunk(None)
 
     def _chunk(self, choice: ChatChunkChoice | None) -> ChatCompletionChunk:
         return ChatCompletionChunk(
-            id=self.state.id, created=self.state.created, model=self.state.model,
-            choices=[choice] if choice else [], usage=None if choice else self.state.total_usage(),
+            id=self.state.id,
+            created=self.state.created,
+            model=self.state.model,
+            choices=[choice] if choice else [],
+            usage=None if choice else self.state.total_usage(),
         )
 
 

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grammar import CompileOptions, Shape
-from schemas.sampling import SamplingOptions
-from service.bench.report import percentiles
-from service.runtime import Prompt, Runtime, RuntimeConfig
+from tokenmold.grammar import CompileOptions, Shape
+from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.service.bench.stats import percentiles
+from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
 
 #: Never complete within any --max-tokens we run: every sequence is cut at exactly max_tokens.
 LONG_SCHEMA: dict[str, Any] = {
@@ -107,22 +107,25 @@ async def _vllm_json(runtime: Runtime, prompt: Prompt, sampling: SamplingOptions
     """vLLM's own JSON path: the schema goes to vLLM unnormalized (its xgrammar defaults)."""
     from vllm.sampling_params import StructuredOutputsParams
 
-    from service.sampling import to_sampling_params
+    from tokenmold.service.sampling import to_sampling_params
 
     ids = runtime.prompt_ids(prompt)
-    params = to_sampling_params(sampling, engine_spec=None, stop_token_ids=runtime.engine.stop_token_ids,
-                                room=runtime.engine.room(ids))
+    params = to_sampling_params(
+        sampling, engine_spec=None, stop_token_ids=runtime.engine.stop_token_ids, room=runtime.engine.room(ids)
+    )
     params.structured_outputs = StructuredOutputsParams(json=json.dumps(LONG_SCHEMA))
-    final = None
-    async for final in runtime.engine.generate(ids, params, runtime.engine.new_request_id()):
-        pass
-    return len(final.outputs[0].token_ids)
+    token_ids: list[int] = []
+    async for output in runtime.engine.generate(ids, params, runtime.engine.new_request_id()):
+        token_ids = list(output.outputs[0].token_ids)
+    return len(token_ids)
 
 
 async def _ttft(runtime: Runtime, shape: Shape | None) -> float:
     """Milliseconds from the call (compile included) to the first streamed token."""
     started = time.perf_counter()
-    stream = runtime.stream(Prompt.user("Give me one product as JSON."), shape, SamplingOptions(max_tokens=2, temperature=0.0))
+    stream = runtime.stream(
+        Prompt.user("Give me one product as JSON."), shape, SamplingOptions(max_tokens=2, temperature=0.0)
+    )
     async with contextlib.aclosing(stream):  # leaving early aborts the request at once
         async for delta in stream:
             if delta.token_ids:
@@ -147,9 +150,14 @@ async def _ttft_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
-    from service.engine import EngineConfig
+    from tokenmold.service.engine import EngineConfig
 
-    runtime = Runtime(RuntimeConfig(engine=EngineConfig(model=args.model, max_num_seqs=max(args.batch))))
+    # The repetition guard is off: every output must run to --max-tokens for a like-for-like
+    # comparison, and a model looping inside an unbounded string would be cut short (its cost and
+    # false positives are measured by `python -m benchmarks repetition`).
+    runtime = Runtime(
+        RuntimeConfig(engine=EngineConfig(model=args.model, max_num_seqs=max(args.batch)), repetition_guard=None)
+    )
     try:
         runtime.start_engine()
         await runtime.compile(Shape.from_json_schema(LONG_SCHEMA), CompileOptions())
@@ -225,9 +233,9 @@ async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
 
     import httpx
 
-    from service.bench.live_server import LiveServer
+    from tokenmold.service.bench.live_server import LiveServer
 
-    serve_args = ["--max-num-seqs", str(max(args.batch)), "--log-level", "warning"]
+    serve_args = ["--max-num-seqs", str(max(args.batch)), "--log-level", "warning", "--repetition-guard", "off"]
     if args.model:
         serve_args += ["--model", args.model]
     with tempfile.TemporaryDirectory() as folder, LiveServer(*serve_args, log=Path(folder) / "serve.log") as server:
@@ -237,8 +245,14 @@ async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
 
             async def one(prompt: Prompt, max_tokens: int) -> int:
                 body = {
-                    "model": model, "messages": prompt.messages, "max_tokens": max_tokens, "temperature": 0.0,
-                    "response_format": {"type": "json_schema", "json_schema": {"name": "catalogue", "schema": LONG_SCHEMA}},
+                    "model": model,
+                    "messages": prompt.messages,
+                    "max_tokens": max_tokens,
+                    "temperature": 0.0,
+                    "response_format": {
+                        "type": "json_schema",
+                        "json_schema": {"name": "catalogue", "schema": LONG_SCHEMA},
+                    },
                 }
                 response = await client.post("/v1/chat/completions", json=body)
                 response.raise_for_status()
@@ -253,7 +267,9 @@ async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
                     counts = await asyncio.gather(*(one(p, args.max_tokens) for p in _prompts(batch)))
                     seconds = time.perf_counter() - started
                     if any(n != args.max_tokens for n in counts):
-                        raise RuntimeError(f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair")
+                        raise RuntimeError(
+                            f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair"
+                        )
                     runs.append(sum(counts) / seconds)
                 figures[batch] = statistics.median(runs)
     return figures
@@ -270,20 +286,28 @@ def run_e2e(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
     report = asyncio.run(_bench(args))
-    print(f"{'batch':>6} {'unconstrained':>14} {'tokenmold':>10} {'ratio':>6} {'unbounded':>10} {'ratio':>6} "
-          f"{'vllm-json':>10} {'ratio':>6} {'http':>8} {'overhead':>9}   (tok/s)")
+    print(
+        f"{'batch':>6} {'unconstrained':>14} {'tokenmold':>10} {'ratio':>6} {'unbounded':>10} {'ratio':>6} "
+        f"{'vllm-json':>10} {'ratio':>6} {'http':>8} {'overhead':>9}   (tok/s)"
+    )
     for batch in args.batch:
         r = report[str(batch)]
-        print(f"{batch:>6} {r['unconstrained_tok_s']:>14} {r['constrained_tok_s']:>10} {r['ratio']:>6} "
-              f"{r['unbounded_tok_s']:>10} {r['unbounded_ratio']:>6} "
-              f"{r['vllm_builtin_tok_s']:>10} {r['vllm_builtin_ratio']:>6} "
-              f"{r.get('http_constrained_tok_s', '-'):>8} {r.get('http_overhead', '-'):>9}")
+        print(
+            f"{batch:>6} {r['unconstrained_tok_s']:>14} {r['constrained_tok_s']:>10} {r['ratio']:>6} "
+            f"{r['unbounded_tok_s']:>10} {r['unbounded_ratio']:>6} "
+            f"{r['vllm_builtin_tok_s']:>10} {r['vllm_builtin_ratio']:>6} "
+            f"{r.get('http_constrained_tok_s', '-'):>8} {r.get('http_overhead', '-'):>9}"
+        )
     t = report["ttft"]
-    print(f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
-          f"warm grammar {t['ttft_warm_ms']['p50']} (warm overhead {t['warm_overhead_ms']} ms)")
+    print(
+        f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
+        f"warm grammar {t['ttft_warm_ms']['p50']} (warm overhead {t['warm_overhead_ms']} ms)"
+    )
     j = report["jump_forward"]
-    print(f"jump-forward, one tool call ({j['forced_tokens']} of {j['output_tokens']} tokens forced): "
-          f"{j['latency_ms']} ms, without {j['latency_ms_no_jump']} ms (x{j['speedup']})")
+    print(
+        f"jump-forward, one tool call ({j['forced_tokens']} of {j['output_tokens']} tokens forced): "
+        f"{j['latency_ms']} ms, without {j['latency_ms_no_jump']} ms (x{j['speedup']})"
+    )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
     return 0

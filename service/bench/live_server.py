@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -44,9 +45,11 @@ class LiveServer:
         self.left_processes_behind = False
 
     def __enter__(self) -> LiveServer:
-        command = [sys.executable, "-m", "service.cli", "serve", "--port", str(self.port), *self._args]
+        command = [sys.executable, "-m", "tokenmold.service.cli", "serve", "--port", str(self.port), *self._args]
         with open(self.log, "wb") as out:
-            self._proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self._proc = subprocess.Popen(
+                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + self._startup_timeout_s
         while True:
             if self._proc.poll() is not None:
@@ -62,8 +65,35 @@ class LiveServer:
                 raise ServerFailed(f"the server did not become healthy:\n{self._tail()}")
             time.sleep(0.5)
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._stop()
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def wait_exit(self, timeout_s: float) -> int | None:
+        """The server's exit status once it exits by itself (``None`` if still running after
+        ``timeout_s``): fault tests check that a server that must stop does, with the right status."""
+        assert self._proc is not None
+        try:
+            return self._proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def processes(self) -> list[Any]:
+        """The server and every process it started (``psutil.Process``: the engine core, the compile
+        workers, helpers); empty once it is gone."""
+        import psutil
+
+        try:
+            root = psutil.Process(self.pid)
+            return [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
 
     def model_id(self, api_key: str | None = None) -> str:
         """The id the server serves its model under (the ``model`` of every request)."""
@@ -74,17 +104,11 @@ class LiveServer:
         """Resident memory of the server and every process it started (engine, compile workers)."""
         import psutil
 
-        assert self._proc is not None
-        try:
-            root = psutil.Process(self._proc.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return 0
         total = 0
-        for proc in procs:
+        for proc in self.processes():
             try:
                 total += proc.memory_info().rss
-            except psutil.NoSuchProcess:
+            except psutil.NoSuchProcess:  # it exited meanwhile
                 continue
         return total
 

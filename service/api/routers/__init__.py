@@ -1,1 +1,1 @@
-"""One router per resource; each route only translates (``service.api.translate``) and calls the runtime."""
+"""One router per resource; each route only translates (``tokenmold.service.api.translate``) and calls the runtime."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 
-from schemas.openai import CompletionRequest, TextCompletion
-from service.api.deps import get_generation
-from service.api.errors import ERROR_RESPONSES, STREAM_CONTENT
-from service.api.generation import Generation
-from service.api.translate import CompletionStream, completion_plan, completion_response
+from tokenmold.schemas.openai import CompletionRequest, TextCompletion
+from tokenmold.service.api.deps import get_generation
+from tokenmold.service.api.errors import ERROR_RESPONSES, STREAM_CONTENT
+from tokenmold.service.api.generation import Generation
+from tokenmold.service.api.translate import CompletionStream, completion_plan, completion_response
 
 router = APIRouter()
 

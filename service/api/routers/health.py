@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
-from service.api.deps import get_runtime
-from service.api.errors import ERROR_RESPONSES
-from service.errors import EngineUnavailable
-from service.runtime import Runtime
+from tokenmold.service.api.deps import get_runtime
+from tokenmold.service.api.errors import ERROR_RESPONSES
+from tokenmold.service.errors import EngineUnavailable
+from tokenmold.service.runtime import Runtime
 
 router = APIRouter()
 
@@ -16,8 +16,7 @@ router = APIRouter()
 @router.get(
     "/health",
     response_class=Response,
-    responses={200: {"description": "the engine is alive (empty body)", "content": {}},
-               503: ERROR_RESPONSES[503]},
+    responses={200: {"description": "the engine is alive (empty body)", "content": {}}, 503: ERROR_RESPONSES[503]},
 )
 async def health(runtime: Runtime = Depends(get_runtime)) -> Response:
     if not await runtime.engine.is_healthy():

@@ -1,4 +1,4 @@
-"""GET /metrics: Prometheus text format (see ``service.api.metrics`` for what is counted)."""
+"""GET /metrics: Prometheus text format (see ``tokenmold.service.api.metrics`` for what is counted)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from service.api.deps import get_generation
-from service.api.generation import Generation
+from tokenmold.service.api.deps import get_generation
+from tokenmold.service.api.generation import Generation
 
 router = APIRouter()
 
@@ -15,8 +15,12 @@ router = APIRouter()
 @router.get(
     "/metrics",
     response_class=Response,
-    responses={200: {"description": "Prometheus text exposition format",
-                     "content": {"text/plain": {"schema": {"type": "string"}}}}},
+    responses={
+        200: {
+            "description": "Prometheus text exposition format",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        }
+    },
 )
 async def metrics(generation: Generation = Depends(get_generation)) -> Response:
     return Response(generation.metrics.render(), media_type=CONTENT_TYPE_LATEST)

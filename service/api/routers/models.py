@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from schemas.openai import ModelCard, ModelList
-from service.api.deps import get_generation
-from service.api.errors import ERROR_RESPONSES
-from service.api.generation import Generation
+from tokenmold.schemas.openai import ModelCard, ModelList
+from tokenmold.service.api.deps import get_generation
+from tokenmold.service.api.errors import ERROR_RESPONSES
+from tokenmold.service.api.generation import Generation
 
 router = APIRouter()
 
 
 def _card(generation: Generation) -> ModelCard:
     return ModelCard(
-        id=generation.settings.model_name, created=int(generation.started),
+        id=generation.settings.model_name,
+        created=int(generation.started),
         max_model_len=generation.runtime.engine.max_model_len,
     )
 

@@ -22,9 +22,15 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
-from service.bench.corpus import expand_paths, sample
-from service.bench.engines import ENGINE_NAMES, BenchEngine, default_tokenizer_dir, load_vocabulary, open_engine
-from service.bench.report import write_json
+from benchmarks.corpus import expand_paths, sample
+from benchmarks.engines import (
+    ENGINE_NAMES,
+    BenchEngine,
+    default_tokenizer_dir,
+    load_vocabulary,
+    open_engine,
+)
+from benchmarks.report import write_json
 
 #: A job runs in the worker: ``job(engine, path)`` yields picklable events, one per step.
 #: It must be picklable itself (a module-level function or a ``functools.partial`` of one).
@@ -66,18 +72,26 @@ class Outcome:
 def add_common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help="MaskBench files, or folders of them")
     parser.add_argument(
-        "--engines", type=_engine_list, default=list(ENGINE_NAMES),
+        "--engines",
+        type=_engine_list,
+        default=list(ENGINE_NAMES),
         help=f"comma-separated, from {','.join(ENGINE_NAMES)} (default: all)",
     )
     parser.add_argument("--limit", type=int, default=None, help="a seeded sample of N files covering every source")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--timeout", type=float, default=10.0,
+        "--timeout",
+        type=float,
+        default=10.0,
         help="seconds an engine may take for one step (compile + first mask, one instance, one walk)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="engines run at once (default 1: undisturbed timings)")
-    parser.add_argument("--tokenizer", metavar="DIR", default=None, help="a Hugging Face tokenizer or model folder "
-                        "(default: the embedded model's)")
+    parser.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        default=None,
+        help="a Hugging Face tokenizer or model folder (default: the embedded model's)",
+    )
     parser.add_argument("--json", metavar="OUT", default=None, help="write the full results here")
 
 
@@ -205,7 +219,8 @@ def run_engines(
                     print(
                         f"{label}: {engine} {done}/{len(paths)} files ({time.monotonic() - started:.0f} s, "
                         f"{timeouts} timeouts, {crashes} crashes)",
-                        file=sys.stderr, flush=True,
+                        file=sys.stderr,
+                        flush=True,
                     )
         except WorkerStartError as exc:
             aborted[engine] = f"stopped after {done} of {len(paths)} files: {exc}"
@@ -246,17 +261,31 @@ def run_benchmark(
     stats = {engine: new_stats() for engine in args.engines}
     started = time.monotonic()
     aborted = run_engines(
-        args.engines, tokenizer, job(args), files, timeout_s=args.timeout, jobs=args.jobs,
-        on_outcome=lambda engine, outcome: stats[engine].add(outcome), label=name,
+        args.engines,
+        tokenizer,
+        job(args),
+        files,
+        timeout_s=args.timeout,
+        jobs=args.jobs,
+        on_outcome=lambda engine, outcome: stats[engine].add(outcome),
+        label=name,
     )
     print(render(stats))
     for engine, why in aborted.items():
         print(f"{engine}: {why}")
     if args.json:
         run = {key: value for key, value in vars(args).items() if key not in ("engines", "json")}
-        write_json(args.json, {
-            "benchmark": name,
-            "run": {**run, "files": len(files), "tokenizer": tokenizer, "wall_s": round(time.monotonic() - started, 1)},
-            "engines": {engine: {**s.as_dict(), "aborted": aborted.get(engine)} for engine, s in stats.items()},
-        })
+        write_json(
+            args.json,
+            {
+                "benchmark": name,
+                "run": {
+                    **run,
+                    "files": len(files),
+                    "tokenizer": tokenizer,
+                    "wall_s": round(time.monotonic() - started, 1),
+                },
+                "engines": {engine: {**s.as_dict(), "aborted": aborted.get(engine)} for engine, s in stats.items()},
+            },
+        )
     return 1 if aborted else 0

@@ -6,19 +6,18 @@ each one the next-token bitmask is filled (timed: ``tbm``) and must allow the to
 committed. An instance is accepted by the mask when every token passes and a stop token is allowed
 at the end. For tokenmold the validation layer then judges the text too (``*_final``); the raw
 engines have no such layer, so their final verdict is the mask's. A rejected valid instance is
-walked once more with its keys in the schema's property order (``service/bench/reorder.py``): when
+walked once more with its keys in the schema's property order (``benchmarks/reorder.py``): when
 that passes, the rejection is counted as property order (``valid_rejected_order``), the layout every
 engine here imposes, rather than as a value the grammar cannot produce.
 
-    tokenmold bench masks PATH... [--engines a,b] [--limit N] [--seed S] [--timeout S]
-                                  [--jobs N] [--tokenizer DIR] [--json OUT]
+    python -m benchmarks masks PATH... [--engines a,b] [--limit N] [--seed S] [--timeout S]
+                                       [--jobs N] [--tokenizer DIR] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from array import array
 from collections import Counter, defaultdict
@@ -29,13 +28,14 @@ from typing import Any
 
 import torch
 
-from grammar.backends.base import CompiledGrammar
-from service.bench.bitmask import is_allowed, new_bitmask
-from service.bench.corpus import Instance, load_case, source_of
-from service.bench.engines import BenchEngine, compile_timed
-from service.bench.reorder import in_schema_order
-from service.bench.report import MAX_EXAMPLES, CompileStats, number, percentiles, ratio, table
-from service.bench.runner import Outcome, add_common_arguments, run_benchmark
+from benchmarks.corpus import Instance, load_case, source_of
+from benchmarks.engines import BenchEngine, compile_timed
+from benchmarks.reorder import in_schema_order
+from benchmarks.report import MAX_EXAMPLES, CompileStats, number, ratio, table
+from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
+from tokenmold.grammar.backends.base import CompiledGrammar
+from tokenmold.service.bench.stats import percentiles
+from tokenmold.service.testing import is_allowed, new_bitmask
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,15 @@ def _measure_instance(
         reordered = _compact(in_schema_order(instance.data, schema))
         order_only = reordered != text and _walk(engine, compiled, engine.vocab.encode(reordered), bitmask, [])[0]
     return InstanceResult(
-        index, instance.valid, len(tokens), accepted, final, rejected_at, times, mismatch, validator_error,
+        index,
+        instance.valid,
+        len(tokens),
+        accepted,
+        final,
+        rejected_at,
+        times,
+        mismatch,
+        validator_error,
         order_only,
     )
 
@@ -132,8 +140,15 @@ def _walk(
 
 
 _SOURCE_FIELDS = (
-    "schemas", "compiled", "timeouts", "valid_tests", "valid_rejected", "valid_rejected_order",
-    "invalid_tests", "invalid_accepted_by_mask", "invalid_accepted_final",
+    "schemas",
+    "compiled",
+    "timeouts",
+    "valid_tests",
+    "valid_rejected",
+    "valid_rejected_order",
+    "invalid_tests",
+    "invalid_accepted_by_mask",
+    "invalid_accepted_final",
 )
 
 
@@ -152,7 +167,7 @@ class MaskStats:
     invalid_accepted_final: int = 0
     mismatches: int = 0
     validator_errors: int = 0
-    tbm_us: array = field(default_factory=lambda: array("d"))
+    tbm_us: array[float] = field(default_factory=lambda: array("d"))
     #: Where the largest single mask fill was measured.
     slowest_mask: dict[str, Any] = field(default_factory=dict)
     by_source: defaultdict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
@@ -175,8 +190,12 @@ class MaskStats:
         where = {"file": name, "test": result.index, "tokens": result.tokens, "rejected_at": result.rejected_at}
         if result.tbm_us and max(result.tbm_us) > self.slowest_mask.get("tbm_us", -1.0):
             slowest = max(range(len(result.tbm_us)), key=result.tbm_us.__getitem__)
-            self.slowest_mask = {"file": name, "test": result.index, "token": slowest,
-                                 "tbm_us": round(result.tbm_us[slowest], 1)}
+            self.slowest_mask = {
+                "file": name,
+                "test": result.index,
+                "token": slowest,
+                "tbm_us": round(result.tbm_us[slowest], 1),
+            }
         if result.mismatch:
             self.mismatches += 1
             self._example("mismatch", {**where, "detail": result.mismatch})
@@ -232,35 +251,38 @@ class MaskStats:
 
 def render(stats: dict[str, MaskStats]) -> str:
     headers = [
-        "engine", "compiles", "valid rejected", "of which not order", "invalid acc. (mask)", "invalid acc. (final)",
-        "compile p50/p99 ms", "mask p50/p99 µs", "timeouts",
+        "engine",
+        "compiles",
+        "valid rejected",
+        "of which not order",
+        "invalid acc. (mask)",
+        "invalid acc. (final)",
+        "compile p50/p99 ms",
+        "mask p50/p99 µs",
+        "timeouts",
     ]
     rows = []
     for engine, s in stats.items():
         ttfm, tbm = percentiles(s.compile.ttfm_ms), percentiles(s.tbm_us)
         not_order = s.valid_rejected - s.valid_rejected_order
-        rows.append([
-            engine,
-            s.compile.compiles_cell(),
-            f"{ratio(s.valid_rejected, s.valid_tests)} ({s.valid_rejected}/{s.valid_tests})",
-            f"{not_order} ({ratio(not_order, s.valid_tests)})",
-            f"{s.invalid_accepted_by_mask}/{s.invalid_tests} ({ratio(s.invalid_accepted_by_mask, s.invalid_tests)})",
-            f"{s.invalid_accepted_final}/{s.invalid_tests} ({ratio(s.invalid_accepted_final, s.invalid_tests)})",
-            f"{number(ttfm['p50'])} / {number(ttfm['p99'])}",
-            f"{number(tbm['p50'])} / {number(tbm['p99'])}",
-            str(s.compile.all_timeouts),
-        ])
+        rows.append(
+            [
+                engine,
+                s.compile.compiles_cell(),
+                f"{ratio(s.valid_rejected, s.valid_tests)} ({s.valid_rejected}/{s.valid_tests})",
+                f"{not_order} ({ratio(not_order, s.valid_tests)})",
+                f"{s.invalid_accepted_by_mask}/{s.invalid_tests} "
+                f"({ratio(s.invalid_accepted_by_mask, s.invalid_tests)})",
+                f"{s.invalid_accepted_final}/{s.invalid_tests} ({ratio(s.invalid_accepted_final, s.invalid_tests)})",
+                f"{number(ttfm['p50'])} / {number(ttfm['p99'])}",
+                f"{number(tbm['p50'])} / {number(tbm['p99'])}",
+                str(s.compile.all_timeouts),
+            ]
+        )
     return table(headers, rows)
 
 
 def run_masks(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tokenmold bench masks", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks masks", description=__doc__.split("\n\n")[0])
     add_common_arguments(parser)
     return run_benchmark(parser, argv, job=lambda args: measure_file, new_stats=MaskStats, render=render)
-
-
-if __name__ == "__main__":
-    # Imported by its module name, so that the job pickled for the workers is not ``__main__``'s.
-    from service.bench.masks import run_masks as main
-
-    sys.exit(main())

@@ -12,26 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from service.bench.engines import CompileResult
+from benchmarks.engines import CompileResult
+from tokenmold.service.bench.stats import percentiles
 
 if TYPE_CHECKING:
-    from service.bench.runner import Outcome
+    from benchmarks.runner import Outcome
 
 #: Examples kept per list (file names of failures, error messages per category).
 MAX_EXAMPLES = 20
 _PER_CATEGORY = 3
-
-
-def percentiles(values: Any) -> dict[str, float | None]:
-    """p50/p90/p99/max, rounded for reading; ``None`` when there are no values."""
-    data = np.asarray(values, dtype=float)
-    if data.size == 0:
-        return {"p50": None, "p90": None, "p99": None, "max": None}
-    p50, p90, p99 = np.percentile(data, [50, 90, 99])
-    values = (p50, p90, p99, data.max())
-    return {key: round(float(v), 3) for key, v in zip(("p50", "p90", "p99", "max"), values, strict=True)}
 
 
 @dataclass

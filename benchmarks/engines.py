@@ -6,7 +6,7 @@ the validation layer. The raw engines are called with their own defaults,
 the way vLLM calls them: xgrammar ``compile_json_schema`` (strict mode, any whitespace) and its
 non-strict variant, llguidance ``grammar_from_json_schema`` without options, outlines-core
 ``build_regex_from_schema`` without options. Each adapter reuses the matcher classes of
-``grammar.backends``, so masks are filled and tokens committed by exactly the same code everywhere.
+``tokenmold.grammar.backends``, so masks are filled and tokens committed by exactly the same code everywhere.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
-from grammar.backends.base import CompiledGrammar
-from service.bench.bitmask import new_bitmask
+from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
+from tokenmold.grammar.backends.base import CompiledGrammar
+from tokenmold.service.testing import new_bitmask
 
 if TYPE_CHECKING:
     import torch
@@ -39,7 +39,7 @@ _WARM_UP_SCHEMA = {"type": "object", "properties": {"a": {"type": "string"}}, "r
 
 def default_tokenizer_dir() -> str:
     """The embedded model's folder (converted on first use): its tokenizer is the one served."""
-    from service.model_home import ensure_default_model
+    from tokenmold.service.model_home import ensure_default_model
 
     return str(ensure_default_model())
 
@@ -47,7 +47,7 @@ def default_tokenizer_dir() -> str:
 def load_vocabulary(folder: str) -> Vocabulary:
     """The vocabulary of a model folder as the runtime sees it (logits width, every stop id), or of
     a bare tokenizer folder (its own size and EOS ids) when there is no model config."""
-    from service.model_info import ModelInfo, stop_token_ids
+    from tokenmold.service.model_info import ModelInfo, stop_token_ids
 
     if (Path(folder) / "config.json").exists():
         info = ModelInfo.load(folder)
@@ -107,7 +107,7 @@ class TokenmoldEngine(BenchEngine):
         return exc.code if isinstance(exc, ShapeError) else f"crash: {type(exc).__name__}"
 
     def final_accepts(self, schema: dict[str, Any] | bool, text: str) -> bool:
-        from service.validation import check_json
+        from tokenmold.service.validation import check_json
 
         return not check_json(text, schema)[1]
 
@@ -125,7 +125,7 @@ class XGrammarEngine(BenchEngine):
         self._compiler = xgr.GrammarCompiler(vocab.xgrammar_info, max_threads=1, cache_enabled=False)
 
     def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
-        from grammar.backends.xgrammar import XGrammarCompiled
+        from tokenmold.grammar.backends.xgrammar import XGrammarCompiled
 
         return XGrammarCompiled(self._compiler.compile_json_schema(json.dumps(schema), strict_mode=self.strict_mode))
 
@@ -143,7 +143,7 @@ class LLGuidanceEngine(BenchEngine):
     name = "llguidance"
 
     def __init__(self, vocab: Vocabulary) -> None:
-        from grammar.backends.llguidance import LLGuidanceBackend
+        from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 
         super().__init__(vocab)
         self._backend = LLGuidanceBackend(vocab)
@@ -160,7 +160,7 @@ class OutlinesEngine(BenchEngine):
     name = "outlines"
 
     def __init__(self, vocab: Vocabulary) -> None:
-        from grammar.backends.outlines import OutlinesBackend
+        from tokenmold.grammar.backends.outlines import OutlinesBackend
 
         super().__init__(vocab)
         self._backend = OutlinesBackend(vocab)

@@ -8,8 +8,8 @@ walks end. A walk completes when a stop token is drawn; it is capped (and not ju
 ``--max-tokens``. Completed texts are judged by the validation layer's JSON check against the
 original schema (strict JSON, jsonschema with format checking).
 
-    tokenmold bench walk PATH... [--engines a,b] [--walks K] [--limit N] [--seed S]
-                                 [--max-tokens M] [--timeout S] [--jobs N] [--tokenizer DIR] [--json OUT]
+    python -m benchmarks walk PATH... [--engines a,b] [--walks K] [--limit N] [--seed S]
+                                      [--max-tokens M] [--timeout S] [--jobs N] [--tokenizer DIR] [--json OUT]
 """
 
 from __future__ import annotations
@@ -17,45 +17,17 @@ from __future__ import annotations
 import argparse
 import functools
 import random
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import torch
-
-from grammar import Vocabulary
-from grammar.backends.base import CompiledGrammar
-from service.bench.bitmask import allowed_tokens, new_bitmask
-from service.bench.corpus import load_case
-from service.bench.engines import BenchEngine, compile_timed
-from service.bench.report import MAX_EXAMPLES, CompileStats, ratio, table
-from service.bench.runner import Outcome, add_common_arguments, run_benchmark
-
-#: Characters whose tokens tend to finish a JSON value.
-_CLOSERS = ('}', ']', '"')
-#: The highest probability of drawing only closing tokens, reached at half of ``max_tokens``.
-_MAX_CLOSING_BIAS = 0.9
-
-
-@dataclass(frozen=True)
-class WalkResult:
-    #: completed (a stop token was drawn) | capped | dead_end (the mask allowed nothing) |
-    #: mismatch (the mask allowed a token the matcher then refused)
-    outcome: str
-    tokens: int
-    text: str
-    #: For a completed walk: the first reason the text fails the schema (``None``: it fits); for a
-    #: mismatch, the matcher's error.
-    error: str | None = None
-    #: The validator raised instead of judging (the schema is beyond it); the walk is not judged.
-    validator_error: str | None = None
-    #: For a schema-invalid walk: the keyword of the validation layer's first objection (``json``
-    #: for text that is not strict JSON, e.g. a number beyond a double).
-    keyword: str | None = None
+from benchmarks.corpus import load_case
+from benchmarks.engines import BenchEngine, compile_timed
+from benchmarks.report import MAX_EXAMPLES, CompileStats, ratio, table
+from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
+from tokenmold.service.testing import WalkResult, new_bitmask, random_walk
 
 
 def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, seed: int) -> Iterator[Any]:
@@ -72,50 +44,9 @@ def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, se
         yield _judged(case.schema, walk.tokens, walk.text) if walk.outcome == "completed" else walk
 
 
-@functools.lru_cache(maxsize=2)
-def _preferred_tokens(vocab: Vocabulary) -> np.ndarray:
-    """Per token id: does it close something or stop? Byte-level token strings keep ASCII
-    punctuation as is, so the raw vocabulary strings suffice."""
-    flags = np.zeros(vocab.vocab_size, dtype=bool)
-    for token, index in vocab.hf_tokenizer.get_vocab().items():
-        if index < vocab.vocab_size and any(c in token for c in _CLOSERS):
-            flags[index] = True
-    flags[vocab.stop_token_ids] = True
-    return flags
-
-
-def random_walk(
-    vocab: Vocabulary, compiled: CompiledGrammar, bitmask: torch.Tensor, rng: random.Random, max_tokens: int
-) -> WalkResult:
-    """One random walk through ``compiled``'s masks (see the module docstring); a completed walk
-    is not judged here."""
-    preferred = _preferred_tokens(vocab)
-    stops = set(vocab.stop_token_ids)
-    matcher = compiled.matcher()
-    tokens: list[int] = []
-
-    def text() -> str:
-        return vocab.hf_tokenizer.decode(tokens, clean_up_tokenization_spaces=False)
-
-    for step in range(max_tokens):
-        matcher.fill_next_token_bitmask(bitmask)
-        allowed = allowed_tokens(bitmask, vocab.vocab_size)
-        if allowed.size == 0:
-            return WalkResult("dead_end", len(tokens), text())
-        if rng.random() < min(_MAX_CLOSING_BIAS, 2 * step / max_tokens) and preferred[allowed].any():
-            allowed = allowed[preferred[allowed]]
-        token = int(allowed[rng.randrange(allowed.size)])
-        if token in stops:
-            return WalkResult("completed", len(tokens), text())
-        if not matcher.accept_token(token):
-            return WalkResult("mismatch", len(tokens), text(), matcher.error)
-        tokens.append(token)
-    return WalkResult("capped", len(tokens), text())
-
-
 def _judged(schema: dict[str, Any] | bool, tokens: int, text: str) -> WalkResult:
     """A completed walk with the validation layer's first objection, if any."""
-    from service.validation import check_json
+    from tokenmold.service.validation import check_json
 
     try:
         errors = check_json(text, schema)[1]
@@ -173,27 +104,38 @@ class WalkStats:
 
 
 def render(stats: dict[str, WalkStats]) -> str:
-    headers = ["engine", "compiles", "walks", "completed", "capped", "dead ends", "mismatches",
-               "schema invalid", "timeouts"]
+    headers = [
+        "engine",
+        "compiles",
+        "walks",
+        "completed",
+        "capped",
+        "dead ends",
+        "mismatches",
+        "schema invalid",
+        "timeouts",
+    ]
     rows = []
     for engine, s in stats.items():
         walks, completed = sum(s.outcomes.values()), s.outcomes["completed"]
-        rows.append([
-            engine,
-            s.compile.compiles_cell(),
-            str(walks),
-            f"{completed} ({ratio(completed, walks)})",
-            str(s.outcomes["capped"]),
-            str(s.outcomes["dead_end"]),
-            str(s.outcomes["mismatch"]),
-            f"{s.schema_invalid} ({ratio(s.schema_invalid, completed)} of completed)",
-            str(s.compile.all_timeouts),
-        ])
+        rows.append(
+            [
+                engine,
+                s.compile.compiles_cell(),
+                str(walks),
+                f"{completed} ({ratio(completed, walks)})",
+                str(s.outcomes["capped"]),
+                str(s.outcomes["dead_end"]),
+                str(s.outcomes["mismatch"]),
+                f"{s.schema_invalid} ({ratio(s.schema_invalid, completed)} of completed)",
+                str(s.compile.all_timeouts),
+            ]
+        )
     return table(headers, rows)
 
 
 def run_walk(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tokenmold bench walk", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks walk", description=__doc__.split("\n\n")[0])
     add_common_arguments(parser)
     parser.add_argument("--walks", type=int, default=5, help="random walks per schema and engine")
     parser.add_argument("--max-tokens", type=int, default=256, help="a walk longer than this is capped")
@@ -202,10 +144,3 @@ def run_walk(argv: list[str] | None = None) -> int:
         return functools.partial(walk_file, walks=args.walks, max_tokens=args.max_tokens, seed=args.seed)
 
     return run_benchmark(parser, argv, job=job, new_stats=WalkStats, render=render)
-
-
-if __name__ == "__main__":
-    # Imported by its module name, so that the job pickled for the workers is not ``__main__``'s.
-    from service.bench.walk import run_walk as main
-
-    sys.exit(main())

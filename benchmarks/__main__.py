@@ -1,0 +1,23 @@
+"""``python -m benchmarks masks|walk|repetition ...`` from the repository root (see ``benchmarks/__init__.py``)."""
+
+from __future__ import annotations
+
+import sys
+
+from benchmarks.masks import run_masks
+from benchmarks.repetition import run_repetition
+from benchmarks.walk import run_walk
+
+#: Imported by module name (not run as ``__main__``), so the jobs pickled for the workers resolve.
+COMMANDS = {"masks": run_masks, "walk": run_walk, "repetition": run_repetition}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in COMMANDS:
+        print(f"usage: python -m benchmarks {{{'|'.join(COMMANDS)}}} ... (--help after the name)", file=sys.stderr)
+        return 2
+    return COMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

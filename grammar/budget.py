@@ -1,0 +1,206 @@
+"""The shortest output a JSON Schema allows, counted in tokens of one vocabulary.
+
+A request whose ``max_tokens`` cannot hold even that output can only end truncated: it is refused
+before any token is generated (a 400 naming the budget and the minimum), instead of spending the
+budget and returning ``truncated``.
+
+The floor is built from the normalized schema as one concrete shortest instance (required members
+only, ``minItems`` items, ``minLength`` characters, the shortest enum member or branch), written as
+compact JSON and tokenized at its cheapest (fewest tokens, any spelling the vocabulary allows).
+Where a keyword makes the shortest instance unknowable here (a ``pattern`` or ``format`` on a
+string, an ``allOf`` left after normalization, a ``$ref`` cycle), the part is under-counted, never
+over-counted: a pattern's string counts only its ``minLength``, an unresolvable part counts as
+nothing. So the floor refuses only budgets that are plainly too small; it never refuses one that a
+cleverer output could fit, except that a string's filler characters are fixed (``a``), where a
+different text of the same length might tokenize one or two tokens shorter.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from tokenmold.grammar.vocabulary import Vocabulary
+
+#: Depth at which a ``$ref`` chain is taken as a cycle (its part counts as nothing).
+_MAX_DEPTH = 48
+#: A floor text beyond this many bytes is counted by its longest-token bound instead of exactly.
+_MAX_EXACT_BYTES = 200_000
+
+
+class _Unknown(Exception):
+    """The shortest instance of this part cannot be built here (it then counts as nothing)."""
+
+
+@dataclass(frozen=True)
+class OutputFloor:
+    """The shortest valid output of a schema, and its cheapest token count."""
+
+    #: Compact JSON text of one shortest instance (may under-count parts, see the module docstring).
+    text: str
+    #: Fewest tokens of the vocabulary that spell ``text``.
+    tokens: int
+
+
+def output_floor(schema: dict[str, Any] | bool, vocab: Vocabulary) -> OutputFloor | None:
+    """The floor of a normalized schema, or ``None`` where no instance could be built at all."""
+    try:
+        instance = _Shortest(schema).instance(schema, 0)
+    except _Unknown:
+        return None
+    text = json.dumps(instance, separators=(",", ":"), ensure_ascii=False)
+    return OutputFloor(text=text, tokens=fewest_tokens(text.encode(), vocab))
+
+
+def fewest_tokens(data: bytes, vocab: Vocabulary) -> int:
+    """The fewest tokens whose spellings concatenate to ``data`` (dynamic programming over byte
+    offsets); a byte no token spells costs one token on its own (a lower bound, never more)."""
+    spellings = vocab.spelled_tokens
+    longest = vocab.longest_spelling
+    if len(data) > _MAX_EXACT_BYTES:
+        return math.ceil(len(data) / longest)
+    best = [0] + [len(data) + 1] * len(data)
+    for end in range(1, len(data) + 1):
+        cost = best[end - 1] + 1
+        for length in range(2, min(longest, end) + 1):
+            if data[end - length : end] in spellings and best[end - length] + 1 < cost:
+                cost = best[end - length] + 1
+        best[end] = cost
+    return best[len(data)]
+
+
+class _Shortest:
+    """Builds one shortest instance; resolves local ``$ref``s against the root schema."""
+
+    def __init__(self, root: dict[str, Any] | bool) -> None:
+        self.root = root
+
+    def instance(self, schema: Any, depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise _Unknown("$ref depth")
+        if schema is True or schema == {}:
+            return 0
+        if not isinstance(schema, dict):
+            raise _Unknown("false schema")
+        if "$ref" in schema:
+            return self.instance(self._resolve(schema["$ref"]), depth + 1)
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            return _shortest(list(schema["enum"]))
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in schema:
+                return _shortest(self._branches(schema[keyword], depth))
+        if "allOf" in schema:
+            raise _Unknown("allOf")
+        types = schema.get("type")
+        if types is None:
+            types = _implied_types(schema)
+        candidates = []
+        for name in [types] if isinstance(types, str) else list(types):
+            try:
+                candidates.append(self._typed(name, schema, depth))
+            except _Unknown:
+                continue
+        if not candidates:
+            raise _Unknown("no type")
+        return _shortest(candidates)
+
+    def _branches(self, branches: list[Any], depth: int) -> list[Any]:
+        found = []
+        for branch in branches:
+            try:
+                found.append(self.instance(branch, depth + 1))
+            except _Unknown:
+                continue
+        if not found:
+            raise _Unknown("no branch")
+        return found
+
+    def _typed(self, name: str, schema: dict[str, Any], depth: int) -> Any:
+        if name == "null":
+            return None
+        if name == "boolean":
+            return True
+        if name in ("integer", "number"):
+            return _smallest_number(schema)
+        if name == "string":
+            return "a" * int(schema.get("minLength", 0))
+        if name == "array":
+            return self._array(schema, depth)
+        if name == "object":
+            return self._object(schema, depth)
+        raise _Unknown(name)
+
+    def _array(self, schema: dict[str, Any], depth: int) -> list[Any]:
+        count = int(schema.get("minItems", 0))
+        prefix = list(schema.get("prefixItems", []))[:count]
+        out = [self._part(item, depth) for item in prefix]
+        if count > len(out):
+            items = schema.get("items", True)
+            filler = self._part(items, depth) if items is not False else None
+            out += [filler] * (count - len(out))
+        return out
+
+    def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+        properties = schema.get("properties", {})
+        return {name: self._part(properties.get(name, True), depth) for name in schema.get("required", [])}
+
+    def _part(self, schema: Any, depth: int) -> Any:
+        """A member's shortest value; an unknowable member counts as the shortest JSON value."""
+        try:
+            return self.instance(schema, depth + 1)
+        except _Unknown:
+            return 0
+
+    def _resolve(self, ref: str) -> Any:
+        if not ref.startswith("#"):
+            raise _Unknown("remote $ref")
+        node: Any = self.root
+        for part in ref[1:].split("/")[1:] if ref != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, dict) or part not in node:
+                raise _Unknown("unresolved $ref")
+            node = node[part]
+        return node
+
+
+def _implied_types(schema: dict[str, Any]) -> list[str]:
+    """The types a schema without ``type`` is about, read off its keywords (any type if none)."""
+    if any(k in schema for k in ("properties", "required", "minProperties", "additionalProperties")):
+        return ["object"]
+    if any(k in schema for k in ("items", "prefixItems", "minItems")):
+        return ["array"]
+    if any(k in schema for k in ("minLength", "maxLength", "pattern", "format")):
+        return ["string"]
+    if any(k in schema for k in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf")):
+        return ["number"]
+    return ["integer"]
+
+
+def _smallest_number(schema: dict[str, Any]) -> int | float:
+    """The shortest-written number in range: 0 where allowed, else the bound's nearest multiple."""
+    low = schema.get("minimum", schema.get("exclusiveMinimum"))
+    high = schema.get("maximum", schema.get("exclusiveMaximum"))
+    step = schema.get("multipleOf", 1)
+    if not isinstance(step, int) or step <= 0:
+        raise _Unknown("fractional multipleOf")  # its multiples' spelling is not ours to guess
+    if low is not None and low >= 0:
+        value: int | float = math.ceil(low / step) * step
+        if "exclusiveMinimum" in schema and "minimum" not in schema and value == low:
+            value += step
+        return value
+    if high is not None and high <= 0:
+        value = math.floor(high / step) * step
+        if "exclusiveMaximum" in schema and "maximum" not in schema and value == high:
+            value -= step
+        return value
+    return 0
+
+
+def _shortest(values: list[Any]) -> Any:
+    if not values:
+        raise _Unknown("empty enum")
+    return min(values, key=lambda v: len(json.dumps(v, separators=(",", ":"), ensure_ascii=False)))

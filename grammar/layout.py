@@ -1,0 +1,127 @@
+"""Object layout: which keys the grammar generates, beyond what the schema allows.
+
+Clients rarely write ``additionalProperties``: pydantic, instructor and LangChain send open objects,
+and an open object lets a small model invent keys until ``max_tokens``. So the grammar follows
+strict mode (OpenAI's, and vLLM's xgrammar default) where the schema is silent, while validation
+still judges the schema as written:
+
+- an object whose schema does not say ``additionalProperties`` (after ``allOf``/``$ref`` merging:
+  no member says it) and lists properties generates only the listed ones;
+- an explicitly open object (``additionalProperties: true`` or a schema, ``patternProperties``, or
+  an object that lists nothing) generates at most ``max_extra`` keys beyond those it lists, where
+  the grammar can count them (no listed property, or all of them required: llguidance counts keys
+  only then); a listed name is never generated as an extra key (both engines). A repeated key is
+  beyond any grammar: ``tokenmold.grammar.key_guard`` is the runtime check for it, in the engine.
+
+Every narrowing is recorded in the keyword report (``narrowed``), with its JSON Pointer in the
+normalized schema. Two passes: ``mark_open`` runs on the caller's schema before normalization (it
+rewrites ``additionalProperties: true`` to the equivalent ``{}``, which normalization keeps, so that
+"said true" and "said nothing" stay apart), ``narrow_objects`` on the normalized schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tokenmold.grammar.report import KeywordReport
+
+#: Extra keys an explicitly open object may get, by default (``CompileOptions.max_extra_properties``).
+DEFAULT_MAX_EXTRA_PROPERTIES = 8
+
+_UNBOUNDED = (
+    "extra keys never repeat nor reuse a listed name; their number is not bounded by the grammar "
+    "here (it can count keys only when every listed property is required)"
+)
+#: Keywords whose values are data, not subschemas (a ``const`` may hold ``additionalProperties``).
+_DATA = frozenset({"enum", "const", "default", "examples", "required", "title", "description"})
+#: Keywords whose values map names to subschemas.
+_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+
+
+def mark_open(schema: Any) -> Any:
+    """``schema`` with every ``additionalProperties: true`` written ``{}`` (the same instances)."""
+    if isinstance(schema, list):
+        return [mark_open(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "additionalProperties" and value is True:
+            out[key] = {}
+        elif key in _DATA:
+            out[key] = value
+        elif key in _MAPS and isinstance(value, dict):
+            out[key] = {name: mark_open(sub) for name, sub in value.items()}
+        else:
+            out[key] = mark_open(value)
+    return out
+
+
+def narrow_objects(schema: Any, report: KeywordReport, max_extra: int) -> Any:
+    """The normalized ``schema`` with the layout above applied; notes go into ``report``."""
+    return _Narrowing(report, max_extra).node(schema, "")
+
+
+class _Narrowing:
+    def __init__(self, report: KeywordReport, max_extra: int) -> None:
+        self.report = report
+        self.max_extra = max_extra
+
+    def node(self, schema: Any, pointer: str) -> Any:
+        if not isinstance(schema, dict):
+            return schema
+        out = {key: self.child(key, value, pointer) for key, value in schema.items()}
+        if _is_object(out):
+            self.object(out, pointer)
+        return out
+
+    def child(self, key: str, value: Any, pointer: str) -> Any:
+        if key in _DATA:
+            return value
+        if key in _MAPS and isinstance(value, dict):
+            return {name: self.node(sub, f"{pointer}/{key}/{_token(name)}") for name, sub in value.items()}
+        if isinstance(value, list):
+            return [self.node(sub, f"{pointer}/{key}/{i}") for i, sub in enumerate(value)]
+        return self.node(value, f"{pointer}/{key}")
+
+    def object(self, out: dict[str, Any], pointer: str) -> None:
+        listed = out.get("properties", {})
+        additional = out.get("additionalProperties")
+        if additional is False:
+            return
+        if additional is None and listed:
+            out["additionalProperties"] = False
+            self.report.narrow(
+                pointer,
+                "additionalProperties",
+                "not stated: only the listed properties are generated (validation accepts others)",
+            )
+            return
+        required = set(out.get("required", ()))
+        if listed and not required >= listed.keys():
+            self.report.narrow(pointer, "additionalProperties", _UNBOUNDED)
+            return
+        bound = max(len(listed) + self.max_extra, out.get("minProperties", 0))
+        if bound < out.get("maxProperties", bound + 1):
+            out["maxProperties"] = bound
+            self.report.narrow(
+                pointer,
+                "maxProperties",
+                f"open object: at most {self.max_extra} keys beyond the {len(listed)} listed are generated",
+            )
+
+
+def opens_objects(report: KeywordReport) -> bool:
+    """Whether the laid-out schema has an explicitly open object (its keys need the key guard)."""
+    return any(note.keyword == "maxProperties" or note.reason == _UNBOUNDED for note in report.narrowed)
+
+
+def _is_object(schema: dict[str, Any]) -> bool:
+    kind = schema.get("type")
+    if kind is None:
+        return "properties" in schema or "additionalProperties" in schema
+    return kind == "object" or (isinstance(kind, list) and "object" in kind)
+
+
+def _token(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,136 @@
+"""Request fields that OpenAI or vLLM define but that this server cannot honour, refused by name,
+and the field forms that reduce to simpler ones (``allowed_tools``).
+
+The body models accept every field of today's OpenAI chat-completions and completions requests (a
+client library sends them unasked) and vLLM's extensions. Those with no effect on the output here
+(service tiers, cache keys, reasoning effort...) are ignored; those whose request could not be met
+(audio out, images in, web search, moderation, custom tools...) are a 400 naming the field, because
+answering without doing what was asked would be a silent lie. docs/api.md has the full table.
+"""
+
+from __future__ import annotations
+
+from tokenmold.schemas.openai import (
+    AllowedToolsChoice,
+    ChatCompletionRequest,
+    CompletionRequest,
+    CustomToolDefinition,
+    GenerationRequest,
+    MediaPart,
+    NamedCustomToolChoice,
+    ToolChoice,
+    ToolDefinition,
+)
+from tokenmold.service.errors import RequestError
+
+#: apply_chat_template's own arguments: set by the server, never through chat_template_kwargs.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "conversation",
+        "messages",
+        "tools",
+        "documents",
+        "chat_template",
+        "add_generation_prompt",
+        "continue_final_message",
+        "tokenize",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+
+
+def check_generation_fields(body: GenerationRequest) -> None:
+    """Refuse what both routes define and cannot honour: vLLM's structured-output options that
+    have no counterpart in tokenmold's grammar compiler."""
+    so = body.structured_outputs
+    if so is None:
+        return
+    unsupported = {
+        "disable_additional_properties": "close the schema's objects (additionalProperties: false) or use "
+        "response_format json_schema with strict: true",
+        "whitespace_pattern": "whitespace is bounded by the compiler; use disable_any_whitespace for compact JSON",
+        "structural_tag": "use tools, or response_format / grammar",
+    }
+    for name, instead in unsupported.items():
+        if getattr(so, name) not in (None, False):
+            raise RequestError(
+                f"structured_outputs.{name} is not supported here: {instead}", param=f"structured_outputs.{name}"
+            )
+
+
+def check_chat_fields(body: ChatCompletionRequest) -> None:
+    """Refuse the chat fields whose request this server cannot meet (a 400 naming the field)."""
+    check_generation_fields(body)
+    refused = {
+        "audio": (body.audio is not None, "audio output is not available; the model writes text"),
+        "modalities": ("audio" in (body.modalities or []), "only the text modality is available"),
+        "web_search_options": (body.web_search_options is not None, "web search is not available here"),
+        "moderation": (body.moderation is not None, "moderation is not run by this server"),
+        "functions": (body.functions is not None, "functions is deprecated; send tools instead"),
+        "function_call": (body.function_call is not None, "function_call is deprecated; send tool_choice instead"),
+    }
+    for name, (given, why) in refused.items():
+        if given:
+            raise RequestError(f"{name}: {why}", param=name)
+    for i, message in enumerate(body.messages):
+        parts = message.content if isinstance(message.content, list) else []
+        for j, part in enumerate(parts):
+            if isinstance(part, MediaPart):
+                raise RequestError(
+                    f"messages[{i}].content[{j}]: {part.type} parts are not supported; this model reads text only",
+                    param=f"messages[{i}].content[{j}].type",
+                )
+    for i, tool in enumerate(body.tools or []):
+        if isinstance(tool, CustomToolDefinition):
+            raise RequestError(
+                f"tools[{i}]: custom (free-form) tools are not supported; define a function tool", param=f"tools[{i}]"
+            )
+    if isinstance(body.tool_choice, NamedCustomToolChoice):
+        raise RequestError("tool_choice names a custom tool; only function tools are supported", param="tool_choice")
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(body.chat_template_kwargs or {}))
+    if reserved:
+        raise RequestError(
+            f"chat_template_kwargs may not set {', '.join(reserved)} (the server sets them)",
+            param="chat_template_kwargs",
+        )
+
+
+def check_completion_fields(body: CompletionRequest) -> None:
+    """Refuse the completions fields whose request this server cannot meet."""
+    check_generation_fields(body)
+    n = body.n or 1
+    if body.best_of is not None and body.best_of != n:
+        raise RequestError(f"best_of must equal n ({n}): candidates are not ranked server-side", param="best_of")
+    if body.echo:
+        raise RequestError("echo is not supported; the prompt is yours already", param="echo")
+    if body.suffix:
+        raise RequestError("suffix (insertion) is not supported", param="suffix")
+
+
+def function_tools(body: ChatCompletionRequest) -> tuple[list[ToolDefinition] | None, ToolChoice]:
+    """The function tools the answer may call and the effective ``tool_choice``.
+
+    ``allowed_tools`` reduces to its ``mode`` over the named subset of ``tools`` (the others are
+    neither shown nor callable). Call after ``check_chat_fields`` (no custom tools are left).
+    """
+    tools = [tool for tool in body.tools or [] if isinstance(tool, ToolDefinition)] or None
+    choice = body.tool_choice
+    if isinstance(choice, AllowedToolsChoice):
+        names = [entry.function.name for entry in choice.allowed_tools.tools]
+        known = {tool.function.name for tool in tools or []}
+        missing = [name for name in names if name not in known]
+        if missing:
+            raise RequestError(
+                f"tool_choice.allowed_tools names functions not in tools: {', '.join(missing)}",
+                param="tool_choice.allowed_tools.tools",
+            )
+        tools = [tool for tool in tools or [] if tool.function.name in names] or None
+        choice = choice.allowed_tools.mode
+    assert not isinstance(choice, (AllowedToolsChoice, NamedCustomToolChoice))
+    return tools, choice or ("auto" if tools else "none")

@@ -1,0 +1,98 @@
+"""Helpers for tokenmold's tests and developer benchmarks: for tests, not a stable API, may change.
+
+Reading the int32 token bitmasks the matchers fill (bit ``t % 32`` of word ``t // 32`` = token t),
+and a random walk through a compiled grammar's masks (tests/test_mask_soundness.py, and the
+``walk`` benchmark in benchmarks/walk.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from tokenmold.grammar import Vocabulary
+from tokenmold.grammar.backends.base import CompiledGrammar
+
+
+def new_bitmask(vocab: Vocabulary) -> torch.Tensor:
+    """One row, as the matchers expect it."""
+    return torch.zeros((1, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+
+
+def is_allowed(bitmask: torch.Tensor, token: int) -> bool:
+    return bool((int(bitmask[0, token >> 5]) >> (token & 31)) & 1)
+
+
+def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> np.ndarray:
+    """The ids of every allowed token, ascending."""
+    bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
+    allowed: np.ndarray = np.flatnonzero(bits[:vocab_size])
+    return allowed
+
+
+#: Characters whose tokens tend to finish a JSON value.
+_CLOSERS = ("}", "]", '"')
+#: The highest probability of drawing only closing tokens, reached at half of ``max_tokens``.
+_MAX_CLOSING_BIAS = 0.9
+
+
+@dataclass(frozen=True)
+class WalkResult:
+    #: completed (a stop token was drawn) | capped | dead_end (the mask allowed nothing) |
+    #: mismatch (the mask allowed a token the matcher then refused)
+    outcome: str
+    tokens: int
+    text: str
+    #: For a completed walk: the first reason the text fails the schema (``None``: it fits); for a
+    #: mismatch, the matcher's error.
+    error: str | None = None
+    #: The validator raised instead of judging (the schema is beyond it); the walk is not judged.
+    validator_error: str | None = None
+    #: For a schema-invalid walk: the keyword of the validation layer's first objection (``json``
+    #: for text that is not strict JSON, e.g. a number beyond a double).
+    keyword: str | None = None
+
+
+@functools.lru_cache(maxsize=2)
+def _preferred_tokens(vocab: Vocabulary) -> np.ndarray:
+    """Per token id: does it close something or stop? Byte-level token strings keep ASCII
+    punctuation as is, so the raw vocabulary strings suffice."""
+    flags: np.ndarray = np.zeros(vocab.vocab_size, dtype=bool)
+    for token, index in vocab.hf_tokenizer.get_vocab().items():
+        if index < vocab.vocab_size and any(c in token for c in _CLOSERS):
+            flags[index] = True
+    flags[vocab.stop_token_ids] = True
+    return flags
+
+
+def random_walk(
+    vocab: Vocabulary, compiled: CompiledGrammar, bitmask: torch.Tensor, rng: random.Random, max_tokens: int
+) -> WalkResult:
+    """One random walk through ``compiled``'s masks (see ``benchmarks/walk.py``); a completed walk
+    is not judged here."""
+    preferred = _preferred_tokens(vocab)
+    stops = set(vocab.stop_token_ids)
+    matcher = compiled.matcher()
+    tokens: list[int] = []
+
+    def text() -> str:
+        return str(vocab.hf_tokenizer.decode(tokens, clean_up_tokenization_spaces=False))
+
+    for step in range(max_tokens):
+        matcher.fill_next_token_bitmask(bitmask)
+        allowed = allowed_tokens(bitmask, vocab.vocab_size)
+        if allowed.size == 0:
+            return WalkResult("dead_end", len(tokens), text())
+        if rng.random() < min(_MAX_CLOSING_BIAS, 2 * step / max_tokens) and preferred[allowed].any():
+            allowed = allowed[preferred[allowed]]
+        token = int(allowed[rng.randrange(allowed.size)])
+        if token in stops:
+            return WalkResult("completed", len(tokens), text())
+        if not matcher.accept_token(token):
+            return WalkResult("mismatch", len(tokens), text(), matcher.error)
+        tokens.append(token)
+    return WalkResult("capped", len(tokens), text())

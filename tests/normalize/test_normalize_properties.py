@@ -1,0 +1,224 @@
+"""Tests of ``tokenmold.grammar.jsonschema``: strict mode, purity, the report, and corpus-wide properties.
+
+Grammar tests compile the normalized schema with xgrammar (``normalize_helpers``) and check that
+instances valid under the *original* schema are accepted and that the invalid ones the rule is
+meant to exclude are rejected.
+"""
+
+from __future__ import annotations
+
+import copy
+import glob
+import itertools
+import json
+import os
+from typing import Any
+
+import pytest
+import xgrammar as xgr
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
+from normalize_helpers import MASKBENCH, accepts, check_grammar
+from strategies import VALUES, schema_strategy, semantic_schemas
+
+from tokenmold.grammar.errors import ShapeError
+from tokenmold.grammar.jsonschema import normalize_schema
+
+# -- strict mode, purity, report ---------------------------------------------------------------------------
+
+
+def test_strict_closes_objects_and_requires_all_properties(compiler: xgr.GrammarCompiler) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "o": {"type": "object", "properties": {"b": {"type": "string"}}}},
+    }
+    out = normalize_schema(schema, strict=True).schema
+    assert out["required"] == ["a", "o"] and out["additionalProperties"] is False
+    assert out["properties"]["o"]["required"] == ["b"] and out["properties"]["o"]["additionalProperties"] is False
+    check_grammar(
+        compiler,
+        schema,
+        valid=[{"a": 1, "o": {"b": "x"}}],
+        invalid=[{"a": 1}, {"a": 1, "o": {"b": "x"}, "z": 1}],
+        strict=True,
+    )
+
+
+def test_normalize_is_pure_and_deterministic() -> None:
+    schema = {
+        "$defs": {"x": {"type": "object", "properties": {"k": {"$ref": "#/$defs/x"}}}},
+        "type": "object",
+        "allOf": [{"properties": {"a": {"$ref": "#/$defs/x"}}}, {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]}],
+        "patternProperties": {"^z": {"type": "integer"}},
+        "additionalProperties": {"type": "string"},
+    }
+    original = copy.deepcopy(schema)
+    first, second = normalize_schema(schema), normalize_schema(schema)
+    assert schema == original
+    assert json.dumps(first.schema) == json.dumps(second.schema)
+    assert first.report.as_dict() == second.report.as_dict()
+
+
+def test_true_schema_accepts_anything() -> None:
+    assert normalize_schema(True).schema == {}
+    assert normalize_schema({}).schema == {}
+
+
+def test_report_names_enforced_keywords() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "minLength": 1},
+            "e": {"type": "string", "format": "email"},
+            "p": {"type": "string", "pattern": "^a"},
+            "n": {"type": "integer", "maximum": 3},
+        },
+        "required": ["a"],
+        "additionalProperties": False,
+    }
+    report = normalize_schema(schema).report
+    assert report.enforced == {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "minLength",
+        "pattern",
+        "format",
+        "maximum",
+    }
+    assert report.validated_only == []
+
+
+# -- corpus and properties ------------------------------------------------------------------------------------
+
+
+def _corpus_sample() -> list[str]:
+    files = sorted(glob.glob(os.path.join(MASKBENCH, "*.json")))
+    return files[:: max(1, len(files) // 300)]
+
+
+@pytest.mark.skipif(not os.path.isdir(MASKBENCH), reason="MaskBench corpus not present")
+@pytest.mark.filterwarnings("ignore::FutureWarning")  # Python's re on patterns like "[[" in the corpus
+def test_maskbench_sample_normalizes_or_raises_shape_errors() -> None:
+    failures = []
+    for path in _corpus_sample():
+        with open(path, encoding="utf-8") as handle:
+            schema = json.load(handle)["schema"]
+        try:
+            normalize_schema(schema)
+        except ShapeError:
+            continue
+        except Exception as exc:  # the point: anything but a ShapeError is a bug
+            failures.append(f"{os.path.basename(path)}: {type(exc).__name__}: {exc}")
+    assert not failures, failures
+
+
+_JSONVALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner, max_size=3),
+    max_leaves=6,
+)
+_KEYWORDVALUES = {
+    "type": st.sampled_from(
+        ["string", "integer", "number", "object", "array", "boolean", "null", ["string", "null"], "bogus"]
+    ),
+    "minimum": st.integers(-3, 3),
+    "maximum": st.integers(-3, 3),
+    "exclusiveMinimum": st.floats(-3, 3),
+    "minLength": st.integers(0, 3),
+    "maxLength": st.integers(0, 3),
+    "minItems": st.integers(0, 3),
+    "maxItems": st.integers(0, 3),
+    "required": st.lists(st.sampled_from(["a", "b", "c"]), max_size=2),
+    "enum": st.lists(_JSONVALUES, max_size=3),
+    "const": _JSONVALUES,
+    "pattern": st.sampled_from(["^a", "b", "(?=x)", "a|b$"]),
+    "format": st.sampled_from(["date", "email", "int32"]),
+    "multipleOf": st.sampled_from([1, 2, 0.5]),
+    "$ref": st.sampled_from(["#", "#/$defs/d", "#/$defs/missing", "#/properties/a", "http://x/y"]),
+    "uniqueItems": st.booleans(),
+}
+
+
+def _schemas() -> st.SearchStrategy[Any]:
+    """Messy schemas (bogus types, dangling and remote refs): normalized or refused, never a crash."""
+    return schema_strategy(
+        _KEYWORDVALUES,
+        st.sampled_from(["a", "b", "c"]),
+        ["^x", "y"],
+        {"$defs": lambda inner: st.fixed_dictionaries({"d": inner})},
+    )
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(schema=_schemas())
+def test_random_schemas_normalize_or_raise_shape_errors_and_compile(compiler: xgr.GrammarCompiler, schema: Any) -> None:
+    try:
+        out = normalize_schema(schema)
+    except ShapeError:
+        return
+    text = json.dumps(out.schema)  # plain JSON
+    compiler.compile_json_schema(text, any_whitespace=False, strict_mode=False, separators=(",", ":"))
+
+
+# Semantic properties, checked through the compiled grammar (whitespace allowed, so that xgrammar's
+# compact-separator slip on unconstrained values does not interfere): a valid instance is always
+# accepted (object keys may have to follow the declared order: xgrammar fixes property order), and
+# without validated_only notes an accepted instance is valid.
+
+
+def _key_orders(value: Any, budget: int = 24) -> list[Any]:
+    """``value`` with its object keys permuted (at most ``budget`` variants)."""
+    if isinstance(value, dict):
+        variants: list[Any] = []
+        for order in itertools.permutations(value):
+            for members in itertools.product(*(_key_orders(value[key], budget) for key in order)):
+                variants.append(dict(zip(order, members, strict=True)))
+                if len(variants) >= budget:
+                    return variants
+        return variants
+    if isinstance(value, list):
+        return [
+            list(members)
+            for members in itertools.islice(itertools.product(*(_key_orders(v, budget) for v in value)), budget)
+        ]
+    return [value]
+
+
+def _compile_spaced(compiler: xgr.GrammarCompiler, normalized: Any) -> xgr.CompiledGrammar:
+    return compiler.compile_json_schema(json.dumps(normalized), any_whitespace=True, strict_mode=False)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(schema=semantic_schemas(), instances=st.lists(VALUES, min_size=1, max_size=8))
+def test_valid_instances_are_accepted(compiler: xgr.GrammarCompiler, schema: Any, instances: list[Any]) -> None:
+    try:
+        normalized = normalize_schema(schema).schema
+    except ShapeError:
+        return
+    validator = Draft202012Validator(schema)
+    valid = [instance for instance in instances if validator.is_valid(instance)]
+    if valid:
+        compiled = _compile_spaced(compiler, normalized)
+        for instance in valid:
+            assert any(accepts(compiled, variant) for variant in _key_orders(instance)), (schema, normalized, instance)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+@given(schema=semantic_schemas(), instances=st.lists(VALUES, min_size=1, max_size=8))
+def test_accepted_instances_are_valid_unless_reported(
+    compiler: xgr.GrammarCompiler, schema: Any, instances: list[Any]
+) -> None:
+    try:
+        out = normalize_schema(schema)
+    except ShapeError:
+        return
+    if out.report.validated_only:
+        return
+    validator = Draft202012Validator(schema)
+    compiled = _compile_spaced(compiler, out.schema)
+    for instance in instances:
+        if accepts(compiled, instance):
+            assert validator.is_valid(instance), (schema, out.schema, instance)

@@ -1,0 +1,60 @@
+"""The output budget's floor: the shortest output a schema allows, in tokens of the real vocabulary."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from tokenmold.grammar.budget import fewest_tokens, output_floor
+from tokenmold.grammar.jsonschema import normalize_schema
+
+SCHEMAS = [
+    {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name"]},
+    {"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": 200},
+    {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/X"}},
+        "required": ["a"],
+        "$defs": {"X": {"enum": [12345, 7]}},
+    },
+    {"anyOf": [{"type": "string", "minLength": 40}, {"type": "integer", "minimum": 1000}]},
+    {"type": "integer", "minimum": 17, "multipleOf": 5},
+    {"type": "integer", "exclusiveMaximum": -3},
+    {"type": "array", "prefixItems": [{"const": "x"}, {"type": "boolean"}], "minItems": 2},
+]
+
+
+@pytest.mark.parametrize("schema", SCHEMAS)
+def test_the_floor_text_is_a_valid_instance_and_costs_at_most_its_tokenization(schema, vocab) -> None:
+    floor = output_floor(normalize_schema(schema).schema, vocab)
+    assert floor is not None
+    jsonschema.validate(json.loads(floor.text), schema)
+    assert 1 <= floor.tokens <= len(vocab.encode(floor.text))
+
+
+def test_the_floor_counts_what_the_schema_requires(vocab) -> None:
+    few = output_floor({"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": 2}, vocab)
+    many = output_floor(normalize_schema(SCHEMAS[1]).schema, vocab)
+    assert few is not None and many is not None
+    assert many.tokens >= 100 * few.tokens // 2  # 200 items cost about 100 times what 2 do
+    assert output_floor({"type": "object", "properties": {"x": {"type": "string"}}}, vocab).text == "{}"
+
+
+def test_unknowable_parts_count_low_never_high(vocab) -> None:
+    # A pattern's string counts only its minLength; an unresolved $ref counts as the shortest value.
+    pattern = output_floor({"type": "string", "pattern": "^[0-9]{30}$"}, vocab)
+    assert pattern is not None and pattern.text == '""'
+    dangling = output_floor({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}, "required": ["a"]}, vocab)
+    assert dangling is not None and dangling.text == '{"a":0}'
+    assert output_floor(False, vocab) is None
+
+
+def test_fewest_tokens_finds_the_cheapest_spelling(vocab) -> None:
+    text = '{"name":"Ada Lovelace"}'
+    cheapest = fewest_tokens(text.encode(), vocab)
+    assert cheapest <= len(vocab.encode(text))
+    # Every spelling the count uses exists: a string of one token's bytes costs exactly one.
+    one = next(spelled for spelled in vocab.spelled_tokens if len(spelled) > 4)
+    assert fewest_tokens(one, vocab) == 1

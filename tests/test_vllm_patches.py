@@ -1,0 +1,145 @@
+"""Contract tests of tokenmold's vLLM patches (``tokenmold.service.vllm_plugin``), no engine started.
+
+One test per patch checks that what it assumes about vLLM/torch still holds and that, installed, it
+does what it is for; the guard itself is tested by faking another vLLM release. When vLLM is
+upgraded these are the tests that say which patch to revisit.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from tokenmold.grammar.backends import get_backend
+from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER
+from tokenmold.service import vllm_plugin
+from tokenmold.service.vllm_plugin import PATCHES, Assumption, Patch, VllmPatchMismatch
+
+
+@pytest.fixture(scope="module")
+def installed() -> None:
+    """The patches as every engine process has them (``Engine`` registers them in-process too)."""
+    vllm_plugin.register()
+
+
+@pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
+def test_what_each_patch_assumes_about_vllm_holds(patch: Patch) -> None:
+    assert patch.lacks and patch.assumes
+    assert [a.mismatch() for a in patch.assumes] == [None] * len(patch.assumes)
+
+
+def _engine_backend(vocab) -> SimpleNamespace:
+    return SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
+
+
+def test_llguidance_grammars_compile_on_the_xgrammar_backend(installed, vocab) -> None:
+    from vllm.exceptions import VLLMValidationError
+    from vllm.sampling_params import SamplingParams, StructuredOutputsParams
+    from vllm.v1.structured_output import backend_xgrammar
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    spec = get_backend("llguidance")(vocab).compile_choice(("yes", "no")).engine_spec.text
+    assert spec.startswith(LLGUIDANCE_MARKER)
+    backend = _engine_backend(vocab)
+    compile_grammar = backend_xgrammar.XgrammarBackend.compile_grammar
+    assert compile_grammar(backend, StructuredOutputOptions.GRAMMAR, spec).accept_tokens("r", vocab.encode("no"))
+    assert not compile_grammar(backend, StructuredOutputOptions.GRAMMAR, spec).accept_tokens("r", vocab.encode("maybe"))
+
+    def params(grammar_text: str) -> SamplingParams:
+        return SamplingParams(structured_outputs=StructuredOutputsParams(grammar=grammar_text))
+
+    backend_xgrammar.validate_xgrammar_grammar(params(spec))  # tokenmold's: not parsed as EBNF
+    with pytest.raises(VLLMValidationError):  # anything else: vLLM's own check
+        backend_xgrammar.validate_xgrammar_grammar(params("root ::= undefined_rule"))
+
+
+def test_inline_grammar_init_copies_a_parsed_prototype(installed, vocab) -> None:
+    from vllm.v1.structured_output import StructuredOutputManager
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    spec = get_backend("llguidance")(vocab).compile_choice(("red", "blue")).engine_spec.text
+    backend = _engine_backend(vocab)
+    vllm_plugin._compile_llguidance(backend, spec[len(LLGUIDANCE_MARKER) :])  # what the compile thread does
+    built: list[object] = []
+
+    def create_grammar(request: object) -> object:
+        built.append(request)
+        return vllm_plugin._compile_llguidance(backend, spec[len(LLGUIDANCE_MARKER) :])
+
+    manager = SimpleNamespace(backend=backend, _create_grammar=create_grammar)
+    structured = SimpleNamespace(structured_output_key=(StructuredOutputOptions.GRAMMAR, spec), grammar=None)
+    request = SimpleNamespace(structured_output_request=structured)
+    StructuredOutputManager.grammar_init(manager, request)  # no executor on this manager: inline only
+    assert built == [request]
+    assert structured.grammar.accept_tokens("r", vocab.encode("blue"))
+
+
+def _batch(rows: int, vocab_size: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    logits = torch.from_numpy(rng.normal(size=(rows, vocab_size)).astype(np.float32)).to(torch.bfloat16)
+    bitmask = rng.integers(-(2**31), 2**31 - 1, size=(rows, (vocab_size + 31) // 32), dtype=np.int64)
+    return logits, bitmask.astype(np.int32)
+
+
+def test_cpu_bitmask_equals_vllms_own_application(installed) -> None:
+    import vllm.v1.worker.gpu_model_runner as runner
+    from vllm.v1.structured_output import utils
+
+    patched = utils.apply_grammar_bitmask
+    assert runner.apply_grammar_bitmask is patched  # where the model runner looks it up
+    vllms_own = patched.__wrapped__
+    logits, bitmask = _batch(4, 1000, seed=3)
+    # The scheduler's order is not the batch's, and one batch row has no grammar.
+    scheduler_output = SimpleNamespace(scheduled_spec_decode_tokens={})
+    grammar_output = SimpleNamespace(structured_output_request_ids=["c", "a", "d"], grammar_bitmask=bitmask[:3])
+    input_batch = SimpleNamespace(req_ids=["a", "b", "c", "d"])
+    expected = logits.clone()
+    vllms_own(scheduler_output, grammar_output, input_batch, expected)
+    patched(scheduler_output, grammar_output, input_batch, logits)
+    assert torch.equal(logits, expected)
+    assert torch.isinf(logits).any() and not torch.isinf(logits[1]).any()
+
+
+def test_seeded_cpu_generators_survive_vllms_rewind(installed) -> None:
+    with pytest.raises(RuntimeError):  # what vLLM lacks: torch's own CPU generator refuses offsets
+        torch._C.Generator().set_offset(0)
+    generator = torch.Generator().manual_seed(11)
+    first = torch.rand(3, generator=generator)
+    generator.set_offset(generator.get_offset() - 4)  # vLLM's rewind after a discarded sample
+    assert generator.get_offset() == 0
+    assert torch.equal(first, torch.rand(3, generator=torch.Generator().manual_seed(11)))
+
+
+def test_another_vllm_release_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vllm_plugin, "vllm_version", lambda: "0.33.1")
+    monkeypatch.setattr(vllm_plugin, "_registered", False)
+    installs: list[str] = []
+    guarded = Patch("probe", "nothing", (), lambda: installs.append("probe"))
+    monkeypatch.setattr(vllm_plugin, "PATCHES", (guarded,))
+    with pytest.raises(VllmPatchMismatch) as raised:
+        vllm_plugin.register()
+    message = str(raised.value)
+    assert "\n" not in message and "vLLM 0.32.0" in message and "found vLLM 0.33.1" in message
+    assert installs == []  # nothing half-applied
+    monkeypatch.setattr(vllm_plugin, "vllm_version", lambda: "0.32.0+cpu")  # a local build tag
+    vllm_plugin.register()
+    assert installs == ["probe"]
+
+
+def test_a_changed_signature_names_the_patch_in_one_line() -> None:
+    changed = Patch(
+        "cpu-bitmask-int16",
+        "test",
+        (Assumption("vllm.v1.structured_output.utils:apply_grammar_bitmask", "(grammar_output, logits)"),),
+        lambda: None,
+    )
+    with pytest.raises(VllmPatchMismatch, match=r"^tokenmold's patch 'cpu-bitmask-int16' was written for vLLM") as e:
+        vllm_plugin.check((changed,))
+    assert "\n" not in str(e.value)
+    assert "(scheduler_output, grammar_output, input_batch, logits)" in str(e.value)
+    missing = Patch("gone", "test", (Assumption("vllm.v1.structured_output.utils:no_such_function"),), lambda: None)
+    with pytest.raises(VllmPatchMismatch, match="no_such_function is missing"):
+        vllm_plugin.check((missing,))
