@@ -8,7 +8,10 @@ at the end. For tokenmold the validation layer then judges the text too (``*_fin
 engines have no such layer, so their final verdict is the mask's. A rejected valid instance is
 walked once more with its keys in the schema's property order (``benchmarks/reorder.py``): when
 that passes, the rejection is counted as property order (``valid_rejected_order``), the layout every
-engine here imposes, rather than as a value the grammar cannot produce.
+engine here imposes, rather than as a value the grammar cannot produce. Failing that, it is walked
+without the keys a closed-by-default layout never writes (tokenmold's and xgrammar's: an object
+whose schema is silent about other keys gets only those it lists): when that passes, the rejection
+is counted as closed objects (``valid_rejected_closed``).
 
     python -m benchmarks masks PATH... [--engines a,b] [--limit N] [--seed S] [--timeout S]
                                        [--jobs N] [--tokenizer DIR] [--json OUT]
@@ -30,7 +33,7 @@ import torch
 
 from benchmarks.corpus import Instance, load_case, source_of
 from benchmarks.engines import BenchEngine, compile_timed
-from benchmarks.reorder import in_schema_order
+from benchmarks.reorder import in_closed_layout, in_schema_order
 from benchmarks.report import MAX_EXAMPLES, CompileStats, number, ratio, table
 from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
 from tokenmold.grammar.backends.base import CompiledGrammar
@@ -58,6 +61,9 @@ class InstanceResult:
     validator_error: str | None = None
     #: A rejected valid instance that the mask accepts once its keys follow the schema's order.
     order_only: bool = False
+    #: A rejected valid instance that the mask accepts without the keys its schema does not list
+    #: in objects that are silent about other keys (and in schema order).
+    closed_only: bool = False
 
 
 def measure_file(engine: BenchEngine, path: str) -> Iterator[Any]:
@@ -84,7 +90,7 @@ def _measure_instance(
     tokens = engine.vocab.encode(text)
     times: list[float] = []
     accepted, rejected_at, mismatch = _walk(engine, compiled, tokens, bitmask, times)
-    final, validator_error, order_only = accepted, None, False
+    final, validator_error, order_only, closed_only = accepted, None, False, False
     if accepted:
         try:
             verdict = engine.final_accepts(schema, text)
@@ -94,6 +100,12 @@ def _measure_instance(
     elif instance.valid:
         reordered = _compact(in_schema_order(instance.data, schema))
         order_only = reordered != text and _walk(engine, compiled, engine.vocab.encode(reordered), bitmask, [])[0]
+        closed = _compact(in_closed_layout(instance.data, schema))
+        closed_only = (
+            not order_only
+            and closed != reordered
+            and _walk(engine, compiled, engine.vocab.encode(closed), bitmask, [])[0]
+        )
     return InstanceResult(
         index,
         instance.valid,
@@ -105,6 +117,7 @@ def _measure_instance(
         mismatch,
         validator_error,
         order_only,
+        closed_only,
     )
 
 
@@ -146,6 +159,7 @@ _SOURCE_FIELDS = (
     "valid_tests",
     "valid_rejected",
     "valid_rejected_order",
+    "valid_rejected_closed",
     "invalid_tests",
     "invalid_accepted_by_mask",
     "invalid_accepted_final",
@@ -161,6 +175,8 @@ class MaskStats:
     valid_rejected: int = 0
     #: Of ``valid_rejected``: accepted once the instance's keys follow the schema's property order.
     valid_rejected_order: int = 0
+    #: Of ``valid_rejected``: accepted without the keys a closed-by-default layout never writes.
+    valid_rejected_closed: int = 0
     valid_rejected_final: int = 0
     invalid_tests: int = 0
     invalid_accepted_by_mask: int = 0
@@ -208,10 +224,16 @@ class MaskStats:
             if not result.accepted_by_mask:
                 self.valid_rejected += 1
                 source["valid_rejected"] += 1
+                kind = "valid_rejected"
                 if result.order_only:
+                    kind = "valid_rejected_order"
                     self.valid_rejected_order += 1
-                    source["valid_rejected_order"] += 1
-                self._example("valid_rejected_order" if result.order_only else "valid_rejected", where)
+                    source[kind] += 1
+                elif result.closed_only:
+                    kind = "valid_rejected_closed"
+                    self.valid_rejected_closed += 1
+                    source[kind] += 1
+                self._example(kind, where)
             if not result.accepted_final:
                 self.valid_rejected_final += 1
         else:
@@ -235,6 +257,7 @@ class MaskStats:
             "valid_tests": self.valid_tests,
             "valid_rejected": self.valid_rejected,
             "valid_rejected_order": self.valid_rejected_order,
+            "valid_rejected_closed": self.valid_rejected_closed,
             "valid_rejected_final": self.valid_rejected_final,
             "invalid_tests": self.invalid_tests,
             "invalid_accepted_by_mask": self.invalid_accepted_by_mask,
@@ -254,7 +277,9 @@ def render(stats: dict[str, MaskStats]) -> str:
         "engine",
         "compiles",
         "valid rejected",
-        "of which not order",
+        "of which order",
+        "of which closed objects",
+        "of which neither",
         "invalid acc. (mask)",
         "invalid acc. (final)",
         "compile p50/p99 ms",
@@ -264,13 +289,15 @@ def render(stats: dict[str, MaskStats]) -> str:
     rows = []
     for engine, s in stats.items():
         ttfm, tbm = percentiles(s.compile.ttfm_ms), percentiles(s.tbm_us)
-        not_order = s.valid_rejected - s.valid_rejected_order
+        other = s.valid_rejected - s.valid_rejected_order - s.valid_rejected_closed
         rows.append(
             [
                 engine,
                 s.compile.compiles_cell(),
                 f"{ratio(s.valid_rejected, s.valid_tests)} ({s.valid_rejected}/{s.valid_tests})",
-                f"{not_order} ({ratio(not_order, s.valid_tests)})",
+                f"{s.valid_rejected_order} ({ratio(s.valid_rejected_order, s.valid_tests)})",
+                f"{s.valid_rejected_closed} ({ratio(s.valid_rejected_closed, s.valid_tests)})",
+                f"{other} ({ratio(other, s.valid_tests)})",
                 f"{s.invalid_accepted_by_mask}/{s.invalid_tests} "
                 f"({ratio(s.invalid_accepted_by_mask, s.invalid_tests)})",
                 f"{s.invalid_accepted_final}/{s.invalid_tests} ({ratio(s.invalid_accepted_final, s.invalid_tests)})",

@@ -68,9 +68,12 @@ class _SchemaOrder:
                     found += self.parts(chosen, data)
         return found
 
-    def order(self, data: Any, schema: Any) -> Any:
+    def order(self, data: Any, schema: Any, *, close: bool = False) -> Any:
         parts = self.parts(schema, data)
         if isinstance(data, dict):
+            if close and _silent_about_extras(parts):
+                listed = {name for part in parts for name in _listed(part)}
+                data = {key: value for key, value in data.items() if key in listed}
             rank: dict[str, int] = {}
             for part in parts:
                 for name in part.get("properties", {}) if isinstance(part.get("properties"), dict) else {}:
@@ -80,9 +83,9 @@ class _SchemaOrder:
                     if isinstance(name, str):
                         rank.setdefault(name, len(rank))
             keys = sorted(data, key=lambda k: rank.get(k, len(rank)))
-            return {key: self.order(data[key], self._child(parts, key)) for key in keys}
+            return {key: self.order(data[key], self._child(parts, key), close=close) for key in keys}
         if isinstance(data, list):
-            return [self.order(item, self._item(parts, i)) for i, item in enumerate(data)]
+            return [self.order(item, self._item(parts, i), close=close) for i, item in enumerate(data)]
         return data
 
     @staticmethod
@@ -115,6 +118,30 @@ class _SchemaOrder:
             if isinstance(items, dict):
                 return items
         return {}
+
+
+def _listed(part: dict[str, Any]) -> list[str]:
+    """The names a schema object lists: its ``properties`` and its ``required``."""
+    properties = part.get("properties")
+    required = part.get("required")
+    names = list(properties) if isinstance(properties, dict) else []
+    return names + [n for n in required if isinstance(n, str)] if isinstance(required, list) else names
+
+
+def _silent_about_extras(parts: list[dict[str, Any]]) -> bool:
+    """Whether tokenmold's layout closes this object (``grammar/layout.py``): it lists names and no
+    part says anything about other keys."""
+    return any(_listed(part) for part in parts) and not any(
+        "additionalProperties" in part or "patternProperties" in part for part in parts
+    )
+
+
+def in_closed_layout(data: Any, schema: dict[str, Any] | bool) -> Any:
+    """``data`` in schema order with the keys left out that a closed-by-default layout never writes:
+    those an object does not list where its schema says nothing about other keys. Unlike reordering
+    this changes the value, so a mask that accepts the result only shows that the layout's
+    narrowing (recorded as ``keywords.narrowed`` in every report) explains the rejection."""
+    return _SchemaOrder(schema).order(data, schema, close=True)
 
 
 def in_schema_order(data: Any, schema: dict[str, Any] | bool) -> Any:

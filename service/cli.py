@@ -156,6 +156,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_false",
         help="decode the tokens a grammar forces at the start instead of taking them as prompt",
     )
+    serve.add_argument(
+        "--no-budget-floor",
+        dest="budget_floor",
+        action="store_false",
+        help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
+    )
     _add_repetition_guard(serve)
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
     serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")

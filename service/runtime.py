@@ -48,6 +48,10 @@ class RuntimeConfig:
 
     #: Stop an output looping inside one JSON value (``service/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
+    #: Refuse a ``max_tokens`` below the shape's shortest output (400 ``budget_too_small``). Off,
+    #: such a request is decoded and comes back ``truncated``, as on vLLM; the throughput benchmark
+    #: turns it off to decode a structure that never closes to a fixed length.
+    budget_floor: bool = True
 
 
 @dataclass(frozen=True)
@@ -336,7 +340,8 @@ class Runtime:
         stream = stream or self._loop_watch(compiled) is not None
         prompt_ids = self.prompt_ids(prompt)
         room = self.engine.room(prompt_ids)
-        _check_budget(compiled, sampling, room)
+        if self.config.budget_floor:
+            _check_budget(compiled, sampling, room)
         forced = None
         if self.jump_forward:
             forced = forced_prefix(

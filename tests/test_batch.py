@@ -133,7 +133,7 @@ def _cli(*args: str) -> list[str]:
 @pytest.mark.engine
 def test_batch_survives_a_kill_and_resumes_without_duplicates(tmp_path: Path) -> None:
     good = [_line(f"g{i}") for i in range(12)]
-    truncating = [_line(f"t{i}", max_tokens=2) for i in range(3)]
+    truncating = [_line(f"t{i}", max_tokens=4) for i in range(3)]  # the floor ({"name":""}): names are cut
     completion = {"prompt": "Q: Is the sky blue?\nA:", "max_tokens": 3, "temperature": 0, "choice": [" yes", " no"]}
     completions = [json.dumps({"custom_id": "c0", "method": "POST", "url": "/v1/completions", "body": completion})]
     bad = [

@@ -23,6 +23,7 @@ MASK_FIELDS = COMPILE_FIELDS | {
     "valid_tests",
     "valid_rejected",
     "valid_rejected_order",
+    "valid_rejected_closed",
     "valid_rejected_final",
     "invalid_tests",
     "invalid_accepted_by_mask",
@@ -72,7 +73,10 @@ def test_masks_report(paths, tmp_path, capsys):
         assert stats["mismatches"] == 0, stats["examples"].get("mismatch")
     tokenmold = report["engines"]["tokenmold"]
     assert tokenmold["compiled"] == len(paths)
-    assert tokenmold["valid_rejected_final"] == 0, tokenmold["examples"]
+    # The one valid instance tokenmold refuses carries a key its object does not list ("bar ", with
+    # a space) where the schema says nothing about other keys: the closed-by-default layout.
+    assert tokenmold["valid_rejected_final"] == tokenmold["valid_rejected"] == 1, tokenmold["examples"]
+    assert [(e["file"], e["test"]) for e in tokenmold["examples"]["valid_rejected_closed"]] == [(FILES[0], 0)]
     assert tokenmold["invalid_accepted_final"] == 0, tokenmold["examples"]
 
 
@@ -163,6 +167,19 @@ def test_in_schema_order_puts_required_unlisted_keys_after_the_listed_ones():
     schema = {"type": "object", "properties": {"id": {}}, "patternProperties": {":en$": {}}, "required": ["name:en"]}
     ordered = in_schema_order({"title:en": "t", "name:en": "n", "id": 1}, schema)
     assert list(ordered) == ["id", "name:en", "title:en"]
+
+
+def test_in_closed_layout_drops_only_keys_a_silent_object_does_not_list():
+    from benchmarks.reorder import in_closed_layout
+
+    schema = {
+        "type": "object",
+        "properties": {"a": {"type": "object", "properties": {"x": {}}, "additionalProperties": True}, "b": {}},
+        "required": ["c"],
+    }
+    data = {"zz": 0, "c": 3, "a": {"y": 2, "x": 1}, "b": 2}
+    # Silent at the top (zz goes; c is required, so declared), open below (y stays).
+    assert json.dumps(in_closed_layout(data, schema)) == json.dumps({"a": {"x": 1, "y": 2}, "b": 2, "c": 3})
 
 
 def test_masks_tells_property_order_from_other_rejections(tmp_path):

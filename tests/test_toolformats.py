@@ -190,6 +190,9 @@ def test_stream_pieces_add_up_to_the_complete_parse(name, size) -> None:
         piece = stream.feed(text[start : start + size])
         assert not any(trigger in piece.content for trigger in fmt.triggers)
         content += piece.content
+        # One entry per call in a chunk (the openai SDK's stream helper takes a repeated index
+        # for another call).
+        assert len({call.index for call in piece.calls}) == len(piece.calls)
         for call in piece.calls:
             if call.name is not None:
                 assert call.index == len(names), "calls open in order, each once"

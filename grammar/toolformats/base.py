@@ -310,8 +310,11 @@ class ToolCallStream:
             if prefix.name is None:
                 break  # later calls wait for this one's name (indices stay in order)
             if index == len(self.calls_sent):
-                self.calls_sent.append((prefix.name, ""))
-                pieces.append(CallDelta(index, prefix.name, ""))
+                # One entry per call and chunk, its name and first arguments together: the openai
+                # SDK's stream helper appends a second entry of the same index as another call.
+                self.calls_sent.append((prefix.name, prefix.arguments))
+                pieces.append(CallDelta(index, prefix.name, prefix.arguments))
+                continue
             name, sent = self.calls_sent[index]
             if prefix.arguments.startswith(sent) and len(prefix.arguments) > len(sent):
                 pieces.append(CallDelta(index, arguments=prefix.arguments[len(sent) :]))

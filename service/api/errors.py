@@ -63,10 +63,25 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-#: A generation route's 200: JSON, or with ``stream: true`` server-sent events.
+#: A generation route's 200: JSON, or with ``stream: true`` server-sent events. The event schema is
+#: the OpenAPI specification's generic one for ``text/event-stream`` (one parsed event: its ``data``
+#: is a chunk's JSON, or ``[DONE]``), which schemathesis checks each event against.
 STREAM_CONTENT: dict[str, Any] = {
     "description": "the completion, or with stream: true, server-sent events (data: <chunk JSON>)",
-    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+    "content": {
+        "text/event-stream": {
+            "schema": {
+                "type": "object",
+                "required": ["data"],
+                "properties": {
+                    "data": {"type": "string", "contentMediaType": "application/json"},
+                    "event": {"type": "string"},
+                    "id": {"type": "string"},
+                    "retry": {"type": "integer", "minimum": 0},
+                },
+            }
+        }
+    },
 }
 
 

@@ -69,6 +69,7 @@ def serve(args: argparse.Namespace) -> int:
             jump_forward=args.jump_forward,
             tool_call_format=args.tool_call_format,
             repetition_guard=args.repetition_guard,
+            budget_floor=args.budget_floor,
         )
     )
     settings = ServerSettings(

@@ -154,9 +154,14 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
 
     # The repetition guard is off: every output must run to --max-tokens for a like-for-like
     # comparison, and a model looping inside an unbounded string would be cut short (its cost and
-    # false positives are measured by `python -m benchmarks repetition`).
+    # false positives are measured by `python -m benchmarks repetition`). So is the budget floor:
+    # the catalogue's minItems keeps the array open past any --max-tokens, on purpose.
     runtime = Runtime(
-        RuntimeConfig(engine=EngineConfig(model=args.model, max_num_seqs=max(args.batch)), repetition_guard=None)
+        RuntimeConfig(
+            engine=EngineConfig(model=args.model, max_num_seqs=max(args.batch)),
+            repetition_guard=None,
+            budget_floor=False,
+        )
     )
     try:
         runtime.start_engine()
@@ -235,7 +240,10 @@ async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
 
     from tokenmold.service.bench.live_server import LiveServer
 
-    serve_args = ["--max-num-seqs", str(max(args.batch)), "--log-level", "warning", "--repetition-guard", "off"]
+    serve_args = [
+        *("--max-num-seqs", str(max(args.batch)), "--log-level", "warning"),
+        *("--repetition-guard", "off", "--no-budget-floor"),
+    ]
     if args.model:
         serve_args += ["--model", args.model]
     with tempfile.TemporaryDirectory() as folder, LiveServer(*serve_args, log=Path(folder) / "serve.log") as server:

@@ -1,0 +1,96 @@
+"""What the HTTP end-to-end modules share: one ``tokenmold serve`` per module (embedded SmolLM2-135M
+on vLLM CPU, about half a minute to start), the openai client on it, and the shapes they send.
+
+Modules take the fixtures by importing them (``from live_api import client, server``): a
+module-scoped fixture imported into two modules is one server for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import openai
+import pytest
+from pydantic import BaseModel, ConfigDict, Field
+
+from tokenmold.service.bench.live_server import LiveServer
+
+KEY = "sk-tokenmold-test"
+MODEL = "SmolLM2-135M-Instruct"
+MAX_BODY = 100_000
+
+
+class Animal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    species: str = Field(max_length=20)
+    legs: int = Field(ge=0, le=8)
+
+
+class GetWeather(BaseModel):
+    """Current weather in a city."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    city: str = Field(max_length=20)
+
+
+WEATHER_PARAMS = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 20}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city",
+            "parameters": WEATHER_PARAMS,
+            "strict": True,
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "description": "Current time in a city",
+            "parameters": WEATHER_PARAMS,
+            "strict": True,
+        },
+    },
+]
+WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory) -> Iterator[str]:
+    """``tokenmold serve`` in its own process group; every process of the group is gone afterwards."""
+    log = tmp_path_factory.mktemp("server") / "serve.log"
+    with LiveServer(
+        "--api-key",
+        KEY,
+        "--max-model-len",
+        "1024",
+        "--compile-timeout",
+        "1",
+        "--compile-workers",
+        "2",
+        "--max-body-bytes",
+        str(MAX_BODY),
+        "--log-level",
+        "warning",
+        log=log,
+    ) as live:
+        yield live.url
+    assert not live.left_processes_behind, "the server left processes behind"
+
+
+@pytest.fixture(scope="module")
+def client(server: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)
+
+
+def validation(choice) -> dict:
+    return choice.model_extra["validation"]
