@@ -19,12 +19,12 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema
-from jsonschema.validators import validator_for
 
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
+from tokenmold.service.json_validator import schema_validator
 
 #: At most this many errors are listed in one verdict.
 MAX_ERRORS = 20
@@ -207,9 +207,7 @@ def _check_pydantic(text: str, model: type) -> list[VerdictError]:
 @lru_cache(maxsize=256)
 def _validator(schema_text: str) -> jsonschema.protocols.Validator:
     """A compiled validator per schema: jsonschema's setup is costlier than most validations."""
-    schema = json.loads(schema_text)
-    cls = validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return schema_validator(json.loads(schema_text))
 
 
 def _first_errors(errors: Any) -> list[Any]:

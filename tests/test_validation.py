@@ -39,6 +39,29 @@ def test_accepted_carries_the_value(compiler) -> None:
     assert verdict.value == {"name": "Ada", "age": 36} and verdict.errors == []
 
 
+def test_unicode_property_escapes_are_enforced_by_the_mask_and_checked_by_validation(compiler) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"name": {"type": "string", "pattern": "^\\p{Lu}\\p{Letter}*$"}},
+        "patternProperties": {"^\\p{Lu}{2}$": {"type": "integer"}},
+        "required": ["name"],
+    }
+    compiled = compiler.compile(Shape.from_json_schema(schema))
+
+    def mask_admits(text: str) -> bool:
+        matcher = compiled.token_grammar.matcher()
+        return all(matcher.accept_token(token) for token in compiler.vocab.encode(text)) and matcher.is_accepting()
+
+    assert mask_admits('{"name":"Émile"}') and not mask_admits('{"name":"émile"}')
+    assert not mask_admits('{"name":"Ab1"}')
+    assert (
+        _judge(compiler, Shape.from_json_schema(schema), '{"name": "Émile", "ÉT": 1}').status is VerdictStatus.ACCEPTED
+    )
+    verdict = _judge(compiler, Shape.from_json_schema(schema), '{"name": "A1", "ÉT": "x"}')
+    assert verdict.status is VerdictStatus.INVALID
+    assert sorted((e.path, e.keyword) for e in verdict.errors) == [("/name", "pattern"), ("/ÉT", "type")]
+
+
 def test_length_is_truncated_even_when_the_text_parses(compiler) -> None:
     verdict = _judge(compiler, Shape.from_json_schema(SCHEMA), '{"name": "Ada", "age": 36}', finish="length")
     assert verdict.status is VerdictStatus.TRUNCATED

@@ -8,7 +8,6 @@ This module decides the combinations; the normalizer merges each one.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from tokenmold.grammar.jsonschema.atoms import ALL_ATOMS, json_atom, json_key, t
 from tokenmold.grammar.jsonschema.conjunct import Conjunct, Group, Identity, Union
 from tokenmold.grammar.jsonschema.merge import Merge
 from tokenmold.grammar.jsonschema.refs import Resolver
+from tokenmold.grammar.jsonschema.regex import search
 from tokenmold.grammar.limits import Limits
 
 #: A conjunct's type atoms and, if it enumerates them, its values keyed by ``json_key``.
@@ -69,7 +69,7 @@ class Alternatives:
         values = {
             key: value
             for key, value in values.items()
-            if not isinstance(value, str) or all(re.search(pattern, value) for pattern in patterns)
+            if not isinstance(value, str) or all(search(pattern, value) for pattern in patterns)
         }
         return frozenset(json_atom(value) for value in values.values()), values
 

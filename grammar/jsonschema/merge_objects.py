@@ -8,7 +8,6 @@ the object so that it accepts every valid instance.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,9 +23,10 @@ from tokenmold.grammar.jsonschema.conjunct import (
 )
 from tokenmold.grammar.jsonschema.keywords import VALIDATION
 from tokenmold.grammar.jsonschema.merge_counts import Counts
+from tokenmold.grammar.jsonschema.regex import search
 
 OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
-#: Patterns that ``re.search`` finds in every property name.
+#: Patterns that ``search`` finds in every property name.
 _UNIVERSAL_PATTERNS = frozenset({"", "^", "$", ".*", "^.*", ".*$"})
 
 
@@ -150,7 +150,7 @@ class _Opening:
     additional: Conjunct | None
 
     def matching(self, name: str) -> list[Conjunct]:
-        return [conj for pattern, conj in self.patterns if re.search(pattern, name)]
+        return [conj for pattern, conj in self.patterns if search(pattern, name)]
 
     def for_name(self, name: str) -> list[Conjunct]:
         """The exact constraint on property ``name``: its patterns, else ``additionalProperties``."""

@@ -6,13 +6,12 @@ alternatives) and left to validation.
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple
 
 from tokenmold.grammar.jsonschema.conjunct import MergeContext
 from tokenmold.grammar.jsonschema.keywords import GRAMMAR_FORMATS, VALIDATION
 from tokenmold.grammar.jsonschema.merge_counts import Counts
-from tokenmold.grammar.jsonschema.regex import grammar_pattern
+from tokenmold.grammar.jsonschema.regex import grammar_pattern, search
 
 
 class Written(NamedTuple):
@@ -64,7 +63,7 @@ class StringMerge:
 
     def admits(self, value: str) -> bool:
         """Whether ``value`` meets the lengths and every pattern."""
-        return self.counts.within("Length", len(value)) and all(re.search(pattern, value) for pattern in self.patterns)
+        return self.counts.within("Length", len(value)) and all(search(pattern, value) for pattern in self.patterns)
 
     def emit(self) -> dict[str, Any]:
         """One string constraint for the grammar: xgrammar lets ``format`` override ``pattern``,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +11,7 @@ from jsonschema.protocols import Validator
 
 from tokenmold.grammar.errors import LimitExceeded, SchemaError, UnsupportedFeature
 from tokenmold.grammar.jsonschema.conjunct import pointer_token
+from tokenmold.grammar.jsonschema.regex import PatternError, compile_pattern
 from tokenmold.grammar.limits import Limits
 
 LEGACY_REF = (validators.Draft4Validator, validators.Draft6Validator, validators.Draft7Validator)
@@ -231,8 +231,8 @@ class Checker:
                 keyword="max_pattern_bytes",
             )
         try:
-            re.compile(pattern)
-        except re.error as exc:
+            compile_pattern(pattern)
+        except PatternError as exc:
             raise SchemaError(f"invalid regular expression {pattern!r}: {exc}", pointer=pointer, keyword=key) from None
 
 

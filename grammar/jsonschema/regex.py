@@ -1,7 +1,13 @@
-"""Regular expressions as the grammar engine takes them: JSON Schema's search made a full match.
+r"""Regular expressions in schemas: how they are read, and as the grammar engine takes them.
 
-xgrammar refuses lookbehind, backreferences, word boundaries, Unicode property escapes, inline
-flags and ``{,n}``, and mishandles lookahead; such a pattern is left to validation, with the reason.
+JSON Schema's regex dialect (ECMA-262) has Unicode property escapes (``\p{Letter}``, ``\p{Lu}``)
+that Python's ``re`` lacks: schema patterns are compiled and searched with the ``regex`` package
+(``compile_pattern``, ``search``), here and in the validation layer. For the grammar, JSON Schema's
+search is made a full match; lookbehind, backreferences, word boundaries, inline flags and ``{,n}``
+are refused by the grammar engines (and lookahead mishandled): such a pattern is left to
+validation, with the reason. Property escapes go to llguidance, which compiles JSON Schemas and
+takes them; xgrammar, which compiles only the schemas llguidance refuses, does not (a 400 naming
+the escape then).
 """
 
 from __future__ import annotations
@@ -9,13 +15,38 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+import regex
+
+
+class PatternError(ValueError):
+    """A schema's pattern is not a regular expression."""
+
+
+def compile_pattern(pattern: str) -> regex.Pattern[str]:
+    """``pattern`` compiled as a schema's regular expression (``PatternError`` if it is none)."""
+    try:
+        return _compiled(pattern)
+    except (regex.error, ValueError, OverflowError, RecursionError) as exc:
+        # regex raises a bare ValueError on a few malformed repeats ('{0s<'), found by fuzzing.
+        raise PatternError(str(exc) or type(exc).__name__) from None
+
+
+@lru_cache(maxsize=4096)
+def _compiled(pattern: str) -> regex.Pattern[str]:
+    return regex.compile(pattern)
+
+
+def search(pattern: str, text: str) -> bool:
+    """Whether ``pattern`` matches anywhere in ``text``, as JSON Schema's ``pattern`` asks."""
+    return compile_pattern(pattern).search(text) is not None
+
 
 @lru_cache(maxsize=1024)
 def grammar_pattern(pattern: str) -> tuple[str | None, str]:
     """``(reason, pattern)`` if xgrammar's regex engine cannot take ``pattern``, else ``(None, regex)``.
 
-    xgrammar refuses lookbehind, backreferences, word boundaries, Unicode property escapes, inline
-    flags and ``{,n}``, and mishandles lookahead. It also matches a pattern against the whole string
+    The engines refuse lookbehind, backreferences, word boundaries, inline flags and ``{,n}``, and
+    mishandle lookahead. They also match a pattern against the whole string
     while JSON Schema searches for it anywhere, so unanchored ends get ``.*`` (unchanged if ``^``/``$``
     appear inside groups, where no rewrite is faithful).
     """
@@ -80,8 +111,6 @@ def _unsupported_escape(pattern: str, i: int, in_class: bool) -> str | None:
         return "backreferences are not supported by the grammar engine"
     if escaped in ("b", "B") and not in_class:
         return "word boundaries are not supported by the grammar engine"
-    if escaped in ("p", "P") and pattern.startswith("{", i + 1):
-        return "Unicode property escapes are not supported by the grammar engine"
     return None
 
 

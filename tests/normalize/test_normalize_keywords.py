@@ -76,9 +76,12 @@ def test_patterns_the_engine_refuses_are_stripped(pattern: str, why: str) -> Non
     assert note.pointer == "/pattern" and why in note.reason
 
 
-def test_pattern_the_validator_cannot_compile_is_a_schema_error() -> None:
-    # ECMA's \p{L} is refused by Python's re, which the validation layer (jsonschema) uses.
-    raises({"type": "string", "pattern": r"\p{L}+"}, SchemaError, "/pattern", "pattern")
+def test_unicode_property_escapes_are_enforced_and_a_non_regex_is_a_schema_error() -> None:
+    # ECMA's \p{Letter} (which Python's re lacks) is read with the regex package and enforced.
+    out = normalize_schema({"type": "string", "pattern": r"^\p{Letter}\p{Ll}*$"})
+    assert out.schema["pattern"] == r"^\p{Letter}\p{Ll}*$" and "pattern" in out.report.enforced
+    raises({"type": "string", "pattern": "(ab"}, SchemaError, "/pattern", "pattern")
+    raises({"type": "string", "pattern": "{0s<"}, SchemaError, "/pattern", "pattern")  # regex: a bare ValueError
 
 
 def test_unanchored_pattern_searches_like_json_schema(compiler: xgr.GrammarCompiler) -> None:

@@ -1,0 +1,70 @@
+"""The jsonschema validator the validation layer uses: the schema's draft, formats checked, and
+patterns read as JSON Schema writes them.
+
+jsonschema searches ``pattern`` and ``patternProperties`` with Python's ``re``, which has no Unicode
+property escapes (``\\p{Letter}``): a schema using them would make every validation raise. The
+three keywords that search patterns are replaced by the same checks through
+``tokenmold.grammar.jsonschema.regex.search`` (the ``regex`` package), as the normalizer reads them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import jsonschema
+from jsonschema import ValidationError
+from jsonschema.validators import extend, validator_for
+
+from tokenmold.grammar.jsonschema.regex import search
+
+
+def schema_validator(schema: Any) -> jsonschema.protocols.Validator:
+    """A validator of ``schema``'s draft (default 2020-12), its format checker on."""
+    base = validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls = extend(
+        base,
+        {
+            "pattern": _pattern,
+            "patternProperties": _pattern_properties,
+            "additionalProperties": _additional_properties,
+        },
+    )
+    return cls(schema, format_checker=base.FORMAT_CHECKER)
+
+
+def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string") and not search(pattern, instance):
+        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+
+
+def _pattern_properties(
+    validator: Any, patterns: dict[str, Any], instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for key, value in instance.items():
+            if search(pattern, key):
+                yield from validator.descend(value, subschema, path=key, schema_path=pattern)
+
+
+def _additional_properties(
+    validator: Any, additional: Any, instance: Any, schema: dict[str, Any]
+) -> Iterator[ValidationError]:
+    if not validator.is_type(instance, "object"):
+        return
+    listed = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    extras = [key for key in instance if key not in listed and not any(search(p, key) for p in patterns)]
+    if validator.is_type(additional, "object"):
+        for key in extras:
+            yield from validator.descend(instance[key], additional, path=key)
+    elif not additional and extras:
+        if patterns:
+            joined = ", ".join(repr(key) for key in sorted(extras))
+            yield ValidationError(f"{joined} do not match any of the regexes: {', '.join(map(repr, sorted(patterns)))}")
+        else:
+            yield ValidationError(
+                f"Additional properties are not allowed ({', '.join(map(repr, sorted(extras)))} unexpected)"
+            )
