@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
 from tokenmold.grammar.backends.base import CompiledGrammar
+from tokenmold.schemas.verdict import VerdictError
 from tokenmold.service.testing import new_bitmask
 
 if TYPE_CHECKING:
@@ -88,6 +89,15 @@ class BenchEngine(ABC):
         return None
 
 
+def first_objection(schema: dict[str, Any] | bool, text: str) -> VerdictError | None:
+    """The validation layer's first objection to ``text`` as output of ``schema`` (``None``: valid);
+    raises when the validator cannot handle the schema."""
+    from tokenmold.service.validation import check_json
+
+    errors = check_json(text, schema)[1]
+    return errors[0] if errors else None
+
+
 class TokenmoldEngine(BenchEngine):
     """tokenmold as served: ShapeCompiler with default (non-strict) options, then validation."""
 
@@ -107,9 +117,7 @@ class TokenmoldEngine(BenchEngine):
         return exc.code if isinstance(exc, ShapeError) else f"crash: {type(exc).__name__}"
 
     def final_accepts(self, schema: dict[str, Any] | bool, text: str) -> bool:
-        from tokenmold.service.validation import check_json
-
-        return not check_json(text, schema)[1]
+        return first_objection(schema, text) is None
 
 
 class XGrammarEngine(BenchEngine):

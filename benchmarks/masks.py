@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from benchmarks.corpus import Instance, load_case, source_of
-from benchmarks.engines import BenchEngine, compile_timed
+from benchmarks.engines import BenchEngine, compile_timed, first_objection
 from benchmarks.reorder import in_closed_layout, in_schema_order
 from benchmarks.report import MAX_EXAMPLES, CompileStats, number, ratio, table
 from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
@@ -64,6 +64,9 @@ class InstanceResult:
     #: A rejected valid instance that the mask accepts without the keys its schema does not list
     #: in objects that are silent about other keys (and in schema order).
     closed_only: bool = False
+    #: An invalid instance the mask accepted (a leak): the keyword of the validation layer's first
+    #: objection to it, for every engine (the raw engines have no such layer; this only sorts).
+    leak_keyword: str | None = None
 
 
 def measure_file(engine: BenchEngine, path: str) -> Iterator[Any]:
@@ -90,13 +93,15 @@ def _measure_instance(
     tokens = engine.vocab.encode(text)
     times: list[float] = []
     accepted, rejected_at, mismatch = _walk(engine, compiled, tokens, bitmask, times)
-    final, validator_error, order_only, closed_only = accepted, None, False, False
+    final, validator_error, order_only, closed_only, leak_keyword = accepted, None, False, False, None
     if accepted:
         try:
             verdict = engine.final_accepts(schema, text)
         except Exception as exc:  # a schema the validator cannot handle: counted, not accepted
             verdict, validator_error = False, f"{type(exc).__name__}: {exc}"[:300]
         final = accepted if verdict is None else verdict
+        if not instance.valid:
+            leak_keyword = _first_objection(schema, text)
     elif instance.valid:
         reordered = _compact(in_schema_order(instance.data, schema))
         order_only = reordered != text and _walk(engine, compiled, engine.vocab.encode(reordered), bitmask, [])[0]
@@ -118,7 +123,18 @@ def _measure_instance(
         validator_error,
         order_only,
         closed_only,
+        leak_keyword,
     )
+
+
+def _first_objection(schema: dict[str, Any] | bool, text: str) -> str:
+    """The keyword of the validation layer's first objection to ``text`` (``?`` if it has none or
+    cannot judge the schema): which keyword a leaking mask let through."""
+    try:
+        objection = first_objection(schema, text)
+    except Exception:  # the validator cannot handle this schema
+        return "?"
+    return objection.keyword if objection is not None else "?"
 
 
 def _compact(data: Any) -> str:
@@ -180,6 +196,8 @@ class MaskStats:
     valid_rejected_final: int = 0
     invalid_tests: int = 0
     invalid_accepted_by_mask: int = 0
+    #: Of ``invalid_accepted_by_mask``: by the keyword the mask let through.
+    leaks_by_keyword: Counter[str] = field(default_factory=Counter)
     invalid_accepted_final: int = 0
     mismatches: int = 0
     validator_errors: int = 0
@@ -241,7 +259,9 @@ class MaskStats:
             source["invalid_tests"] += 1
             if result.accepted_by_mask:
                 self.invalid_accepted_by_mask += 1
+                self.leaks_by_keyword[result.leak_keyword or "?"] += 1
                 source["invalid_accepted_by_mask"] += 1
+                self._example(f"leak:{result.leak_keyword}", where)
             if result.accepted_final:
                 self.invalid_accepted_final += 1
                 source["invalid_accepted_final"] += 1
@@ -261,6 +281,7 @@ class MaskStats:
             "valid_rejected_final": self.valid_rejected_final,
             "invalid_tests": self.invalid_tests,
             "invalid_accepted_by_mask": self.invalid_accepted_by_mask,
+            "leaks_by_keyword": dict(self.leaks_by_keyword.most_common()),
             "invalid_accepted_final": self.invalid_accepted_final,
             "mismatches": self.mismatches,
             "validator_errors": self.validator_errors,

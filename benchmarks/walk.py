@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.corpus import load_case
-from benchmarks.engines import BenchEngine, compile_timed
+from benchmarks.engines import BenchEngine, compile_timed, first_objection
 from benchmarks.report import MAX_EXAMPLES, CompileStats, ratio, table
 from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
 from tokenmold.service.testing import WalkResult, new_bitmask, random_walk
@@ -46,16 +46,14 @@ def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, se
 
 def _judged(schema: dict[str, Any] | bool, tokens: int, text: str) -> WalkResult:
     """A completed walk with the validation layer's first objection, if any."""
-    from tokenmold.service.validation import check_json
-
     try:
-        errors = check_json(text, schema)[1]
+        objection = first_objection(schema, text)
     except Exception as exc:  # the validator cannot handle this schema
         return WalkResult("completed", tokens, text, validator_error=f"{type(exc).__name__}: {exc}"[:300])
-    if not errors:
+    if objection is None:
         return WalkResult("completed", tokens, text)
-    error = f"{errors[0].path or '/'}: {errors[0].message}"[:300]
-    return WalkResult("completed", tokens, text, error, keyword=errors[0].keyword)
+    error = f"{objection.path or '/'}: {objection.message}"[:300]
+    return WalkResult("completed", tokens, text, error, keyword=objection.keyword)
 
 
 @dataclass

@@ -6,6 +6,7 @@ token set, and turning a request into engine outputs. Compilation and validation
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -186,4 +187,10 @@ class Engine:
         return not self.llm.errored
 
     def shutdown(self) -> None:
+        """Stop vLLM's engine. AsyncLLM shuts down once more in ``__del__``; left to interpreter
+        exit, that second call finds vLLM's module globals gone and prints a traceback ("Exception
+        ignored in AsyncLLM.__del__") under every command's output. Collected here, it runs while
+        they are alive, harmlessly."""
         self.llm.shutdown()
+        del self.llm
+        gc.collect()

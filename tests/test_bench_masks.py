@@ -27,6 +27,7 @@ MASK_FIELDS = COMPILE_FIELDS | {
     "valid_rejected_final",
     "invalid_tests",
     "invalid_accepted_by_mask",
+    "leaks_by_keyword",
     "invalid_accepted_final",
     "mismatches",
     "tbm_us",
@@ -70,6 +71,7 @@ def test_masks_report(paths, tmp_path, capsys):
         assert stats["valid_tests"] > 0 and stats["invalid_tests"] > 0
         assert stats["valid_rejected"] <= stats["valid_rejected_final"] <= stats["valid_tests"]
         assert stats["invalid_accepted_final"] <= stats["invalid_accepted_by_mask"] <= stats["invalid_tests"]
+        assert sum(stats["leaks_by_keyword"].values()) == stats["invalid_accepted_by_mask"]
         assert stats["mismatches"] == 0, stats["examples"].get("mismatch")
     tokenmold = report["engines"]["tokenmold"]
     assert tokenmold["compiled"] == len(paths)
@@ -207,3 +209,26 @@ def test_masks_tells_property_order_from_other_rejections(tmp_path):
         assert (stats["valid_tests"], stats["valid_rejected"], stats["valid_rejected_order"]) == (3, 2, 1)
         assert [e["test"] for e in stats["examples"]["valid_rejected_order"]] == [1]
         assert [e["test"] for e in stats["examples"]["valid_rejected"]] == [2]
+
+
+def test_masks_sorts_leaks_by_the_keyword_the_mask_let_through(tmp_path):
+    """An invalid instance the mask accepts is counted by the validation layer's first objection:
+    uniqueItems is beyond any grammar, so [1, 1] leaks through the mask and validation catches it."""
+    case = {
+        "description": "leak",
+        "meta": {},
+        "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+        "tests": [
+            {"valid": False, "data": [1, 1]},
+            {"valid": False, "data": ["a"]},  # refused by the mask: not a leak
+            {"valid": True, "data": [1, 2]},
+        ],
+    }
+    path = tmp_path / "Handwritten---leak.json"
+    path.write_text(json.dumps(case))
+    out = tmp_path / "masks.json"
+    assert run_masks([str(path), "--engines", "tokenmold", "--json", str(out)]) == 0
+    stats = json.loads(out.read_text())["engines"]["tokenmold"]
+    assert (stats["invalid_accepted_by_mask"], stats["invalid_accepted_final"]) == (1, 0)
+    assert stats["leaks_by_keyword"] == {"uniqueItems": 1}
+    assert [e["test"] for e in stats["examples"]["leak:uniqueItems"]] == [0]
