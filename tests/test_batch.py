@@ -81,6 +81,8 @@ def test_extract_builds_one_request_per_document() -> None:
         json.dumps({"id": "x", "source": "wiki"}),
         json.dumps({"text": "no id"}),
         json.dumps({"id": 7, "text": "again", "source": "s"}),
+        "",
+        "{not json",
     ]
     batch = read_documents(docs, spec)
     (job,) = batch.jobs
@@ -92,6 +94,7 @@ def test_extract_builds_one_request_per_document() -> None:
         (2, "invalid_request", "x"),
         (3, "invalid_request", None),
         (4, "duplicate_custom_id", None),
+        (6, "invalid_json", None),
     ]
 
 

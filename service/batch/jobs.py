@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,15 +55,9 @@ def read_requests(lines: Iterable[str], *, endpoint: str | None = None) -> Batch
     over HTTP), every line must name that url."""
     out = BatchInput()
     seen: set[str] = set()
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
+    for number, raw in _json_lines(lines, out):
         try:
-            raw = json.loads(text)
             line = BatchRequestLine.model_validate(raw)
-        except json.JSONDecodeError as exc:
-            out.problems.append(LineProblem(number, "invalid_json", f"not JSON ({exc.msg} at column {exc.colno})"))
-            continue
         except pydantic.ValidationError as exc:
             out.problems.append(LineProblem(number, "invalid_request", _first_error(exc), _custom_id(raw, seen)))
             continue
@@ -77,6 +71,20 @@ def read_requests(lines: Iterable[str], *, endpoint: str | None = None) -> Batch
         else:
             out.jobs.append(Job(number, line.custom_id, line.url, line.body))
     return out
+
+
+def _json_lines(lines: Iterable[str], out: BatchInput) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line's number and parsed JSON; a line that is not JSON goes to ``out``'s
+    problems (it has no custom_id to answer under)."""
+    for number, text in enumerate(lines, start=1):
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            out.problems.append(LineProblem(number, "invalid_json", f"not JSON ({exc.msg} at column {exc.colno})"))
+            continue
+        yield number, value
 
 
 def _envelope_problem(line: BatchRequestLine, endpoint: str | None) -> tuple[str, str] | None:
@@ -130,14 +138,7 @@ def read_documents(lines: Iterable[str], spec: ExtractSpec) -> BatchInput:
     chat completion jobs whose ``custom_id`` is the document's id."""
     out = BatchInput()
     seen: set[str] = set()
-    for number, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        try:
-            doc = json.loads(text)
-        except json.JSONDecodeError as exc:
-            out.problems.append(LineProblem(number, "invalid_json", f"not JSON ({exc.msg} at column {exc.colno})"))
-            continue
+    for number, doc in _json_lines(lines, out):
         ident = doc.get(spec.id_field) if isinstance(doc, dict) else None
         if isinstance(ident, int) and not isinstance(ident, bool):
             ident = str(ident)
