@@ -18,7 +18,7 @@ from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict
 from tokenmold.service.engine import Engine, EngineConfig
 from tokenmold.service.environment import configure_environment
-from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable
+from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable, PromptTooLong
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.model_home import resolve_model
 from tokenmold.service.model_info import ModelInfo
@@ -76,6 +76,9 @@ class Prompt:
     tools: list[dict[str, Any]] | None = None
     #: Extra variables for the chat template (vLLM's ``chat_template_kwargs``, e.g. ``enable_thinking``).
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: The same request written shorter (a tool listing as one line per function), taken when this
+    #: one does not fit the context.
+    shorter: Prompt | None = None
 
     @classmethod
     def user(cls, content: str) -> Prompt:
@@ -201,9 +204,16 @@ class Runtime:
             self.aborted += 1
 
     def prompt_ids(self, prompt: Prompt) -> list[int]:
-        if prompt.messages is not None:
-            return self.engine.chat_prompt(prompt.messages, tools=prompt.tools, template_kwargs=prompt.template_kwargs)
-        return self.engine.text_prompt(prompt.text or "")
+        try:
+            if prompt.messages is not None:
+                return self.engine.chat_prompt(
+                    prompt.messages, tools=prompt.tools, template_kwargs=prompt.template_kwargs
+                )
+            return self.engine.text_prompt(prompt.text or "")
+        except PromptTooLong:
+            if prompt.shorter is None:
+                raise
+            return self.prompt_ids(prompt.shorter)
 
     async def generate(
         self,

@@ -73,11 +73,22 @@ def tools_or_format(calls: Shape, answer: Shape, options: CompileOptions, *, par
 
 
 def tool_instruction(
-    tools: list[ToolDefinition], choice: ToolChoice, *, tool_format: ToolFormat, answer_json: bool = False
+    tools: list[ToolDefinition],
+    choice: ToolChoice,
+    *,
+    tool_format: ToolFormat,
+    answer_json: bool = False,
+    signatures: bool = False,
 ) -> str:
-    """The system-prompt text that tells a model without template tool support what it may call."""
+    """The system-prompt text that tells a model without template tool support what it may call:
+    each function's JSON definition, or with ``signatures`` one line per function (its name,
+    arguments and their types, description), for a tool set whose definitions do not fit the
+    context (128 tools are ~21k tokens as JSON, ~3k as signatures). The grammar holds the
+    arguments to their schemas either way."""
     listing = "\n".join(
-        json.dumps(
+        _signature(t)
+        if signatures
+        else json.dumps(
             {
                 "name": t.function.name,
                 "description": t.function.description or "",
@@ -104,6 +115,31 @@ def tool_instruction(
     )
 
 
+def _signature(tool: ToolDefinition) -> str:
+    """``name(city: string, days?: integer) - description``: one line for a function."""
+    parameters = tool.function.parameters or {}
+    properties = parameters.get("properties")
+    if not isinstance(properties, dict):
+        properties = {}
+    required = set(parameters.get("required") or ())
+    arguments = ", ".join(
+        f"{name}{'' if name in required else '?'}: {_type_name(schema)}" for name, schema in properties.items()
+    )
+    description = (tool.function.description or "").strip().splitlines()[0:1]
+    return f"{tool.function.name}({arguments})" + (f" - {description[0][:120]}" if description else "")
+
+
+def _type_name(schema: Any) -> str:
+    if not isinstance(schema, dict):
+        return "any"
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return "|".join(json.dumps(value, ensure_ascii=False) for value in schema["enum"][:6])
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return "|".join(str(k) for k in kind)
+    return str(kind) if kind else "any"
+
+
 def chat_messages(
     messages: list[ChatMessage],
     *,
@@ -112,17 +148,21 @@ def chat_messages(
     template_renders_tools: bool,
     tool_format: ToolFormat,
     answer_json: bool = False,
+    signatures: bool = False,
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """Messages as chat-template input, and the tool definitions for the template (or ``None`` when
     they are written into the system message instead, or not offered at all). ``answer_json``:
-    the answer other than a call is a JSON value (a response format came with the tools)."""
+    the answer other than a call is a JSON value (a response format came with the tools);
+    ``signatures``: the written tool listing is one line per function (``tool_instruction``)."""
     names = {call.id: call.function.name for m in messages for call in m.tool_calls or []}
     out = [_message(m, template_renders_tools, tool_format, names) for m in messages]
     if not tools or choice == "none":
         return out, None
     if template_renders_tools:
         return out, [t.model_dump(exclude_none=True) for t in tools]
-    instruction = tool_instruction(tools, choice, tool_format=tool_format, answer_json=answer_json)
+    instruction = tool_instruction(
+        tools, choice, tool_format=tool_format, answer_json=answer_json, signatures=signatures
+    )
     if out and out[0]["role"] == "system":
         out[0] = {**out[0], "content": f"{out[0]['content']}\n\n{instruction}"}
     else:

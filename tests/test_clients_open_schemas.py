@@ -136,23 +136,24 @@ def test_a_langgraph_react_agent_calls_its_tool(server, model) -> None:
 
 @pytest.mark.parametrize("tool_choice", ["required", "auto"])
 def test_128_tools_answer_in_time(server, model, tool_choice) -> None:
-    """Compiling 128 tools took past the 10 s compile timeout before. Their definitions (~21k
-    tokens in the system prompt) do not fit the embedded model's 8,192-token context, so the answer
-    may be a 400 about the prompt: it still comes after the compile, in time, and never says
-    compile_timeout."""
+    """Compiling 128 tools took past the 10 s compile timeout before. Their JSON definitions (~21k
+    tokens) do not fit the embedded model's 8,192-token context, and SmolLM2's template has no
+    tools section: the system prompt lists them one line per function instead (~3k tokens), and
+    the grammar holds the arguments to their schemas."""
     tools = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}} for t in tool_set(128)]
     client = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=10)
-    try:
-        completion = client.chat.completions.create(
-            model=model,
-            messages=[{"role": "user", "content": "Look up today's weather news."}],
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=48,
-        )
-    except openai.BadRequestError as exc:
-        assert "compile" not in str(exc), exc
-        return
+    completion = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Look up today's weather news."}],
+        tools=tools,
+        tool_choice=tool_choice,
+        max_tokens=48,
+    )
     choice = completion.choices[0]
-    if tool_choice == "required" and choice.finish_reason != "length":
-        assert choice.message.tool_calls and choice.message.tool_calls[0].function.name.startswith("tool_")
+    assert completion.usage is not None and completion.usage.prompt_tokens < 8192
+    if choice.finish_reason == "tool_calls":
+        calls = choice.message.tool_calls or []
+        assert calls and all(call.function.name.startswith("tool_") for call in calls)
+        assert choice.model_extra["validation"]["status"] == "accepted"
+    else:  # auto may answer in text; a call cut off by max_tokens is never returned as a call
+        assert tool_choice == "auto" or choice.finish_reason == "length", choice

@@ -205,6 +205,46 @@ def test_definitions_go_into_the_system_prompt_when_the_template_has_no_tools() 
     assert out[0]["role"] == "system" and out[1] == {"role": "user", "content": "Weather in Paris?"}
 
 
+def test_signatures_list_each_function_on_one_line() -> None:
+    tools = [
+        *definitions(),
+        ToolDefinition.model_validate(
+            {
+                "type": "function",
+                "function": {
+                    "name": "search",
+                    "description": "Search the news.\nMore text.",
+                    "parameters": {
+                        "type": "object",
+                        "properties": {
+                            "q": {"type": "string"},
+                            "tag": {"enum": ["a", "b"]},
+                            "n": {"type": ["integer", "null"]},
+                        },
+                        "required": ["q"],
+                    },
+                },
+            }
+        ),
+    ]
+    messages = [ChatMessage(role="user", content="Weather in Paris?")]
+    out, _ = chat_messages(
+        tool_format=HERMES,
+        messages=messages,
+        tools=tools,
+        choice="required",
+        template_renders_tools=False,
+        signatures=True,
+    )
+    listing = out[0]["content"].split("\n\n")[0].splitlines()[1:]
+    assert listing == [
+        "get_weather(city: string) - Weather in a city",
+        "now()",
+        'search(q: string, tag?: "a"|"b", n?: integer|null) - Search the news.',
+    ]
+    assert "<tool_call>" in out[0]["content"] and "must call" in out[0]["content"]
+
+
 def test_template_with_tools_gets_the_definitions() -> None:
     messages = [ChatMessage(role="user", content="hi")]
     out, template_tools = chat_messages(

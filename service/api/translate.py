@@ -7,6 +7,7 @@ or a stream of ``StreamDelta`` becomes OpenAI responses or chunks, each choice w
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import uuid
@@ -83,7 +84,8 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
         calls = tool_shape(tools, choice, body.parallel_tool_calls, tool_format=model.tool_format)
         shape = calls if shape is None or calls is None else tools_or_format(calls, shape, options, param=param)
         param = "tools"
-    messages, template_tools = chat_messages(
+    written = functools.partial(
+        chat_messages,
         body.messages,
         tools=tools,
         choice=choice,
@@ -91,13 +93,21 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
         tool_format=model.tool_format,
         answer_json=shape is not None and shape.kind is ShapeKind.TOOLS and shape.source.answer is not None,
     )
+    messages, template_tools = written()
+    # Tools written into the system message: the same prompt with one line per function, for
+    # when their JSON definitions do not fit the context.
+    shorter = None
+    if tools and choice != "none" and not model.template_renders_tools:
+        shorter = Prompt(messages=written(signatures=True)[0], template_kwargs=body.chat_template_kwargs or {})
     sampling = _sampling(
         body,
         model,
         max_tokens=body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
     )
-    prompt = Prompt(messages=messages, tools=template_tools, template_kwargs=body.chat_template_kwargs or {})
+    prompt = Prompt(
+        messages=messages, tools=template_tools, template_kwargs=body.chat_template_kwargs or {}, shorter=shorter
+    )
     return Plan(prompt, shape, sampling, options, param)
 
 
