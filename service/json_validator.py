@@ -10,6 +10,7 @@ three keywords that search patterns are replaced by the same checks through
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from typing import Any
 
 import jsonschema
@@ -22,7 +23,13 @@ from tokenmold.grammar.jsonschema.regex import search
 def schema_validator(schema: Any) -> jsonschema.protocols.Validator:
     """A validator of ``schema``'s draft (default 2020-12), its format checker on."""
     base = validator_for(schema, default=jsonschema.Draft202012Validator)
-    cls = extend(
+    return _with_schema_patterns(base)(schema, format_checker=base.FORMAT_CHECKER)
+
+
+@cache
+def _with_schema_patterns(base: type) -> Any:
+    """``base`` with the three pattern-searching keywords replaced; one class per draft."""
+    return extend(
         base,
         {
             "pattern": _pattern,
@@ -30,7 +37,6 @@ def schema_validator(schema: Any) -> jsonschema.protocols.Validator:
             "additionalProperties": _additional_properties,
         },
     )
-    return cls(schema, format_checker=base.FORMAT_CHECKER)
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:

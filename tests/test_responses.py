@@ -15,21 +15,12 @@ from typing import Annotated
 import jsonschema
 import openai
 import pytest
+from live_api import KEY, MODEL, WEATHER_PARAMS, Animal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokenmold.service.bench.live_server import LiveServer
 
 pytestmark = pytest.mark.engine
-
-KEY = "sk-tokenmold-test"
-MODEL = "SmolLM2-135M-Instruct"
-
-
-class Animal(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    species: str = Field(max_length=20)
-    legs: int = Field(ge=0, le=8)
 
 
 class WeatherReport(BaseModel):
@@ -39,12 +30,6 @@ class WeatherReport(BaseModel):
     sunny: bool
 
 
-WEATHER_PARAMS = {
-    "type": "object",
-    "properties": {"city": {"type": "string", "maxLength": 20}},
-    "required": ["city"],
-    "additionalProperties": False,
-}
 WEATHER_TOOL = {
     "type": "function",
     "name": "get_weather",
