@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from tokenmold.grammar.vocabulary import Vocabulary
 
@@ -28,6 +28,16 @@ from tokenmold.grammar.vocabulary import Vocabulary
 _MAX_DEPTH = 48
 #: A floor text beyond this many bytes is counted by its longest-token bound instead of exactly.
 _MAX_EXACT_BYTES = 200_000
+
+
+class Spellings(Protocol):
+    """What a cheapest tokenization needs of a vocabulary (``Vocabulary`` has it)."""
+
+    @property
+    def spelled_tokens(self) -> dict[bytes, list[int]]: ...
+
+    @property
+    def longest_spelling(self) -> int: ...
 
 
 class _Unknown(Exception):
@@ -54,7 +64,18 @@ def output_floor(schema: dict[str, Any] | bool, vocab: Vocabulary) -> OutputFloo
     return OutputFloor(text=text, tokens=fewest_tokens(text.encode(), vocab))
 
 
-def fewest_tokens(data: bytes, vocab: Vocabulary) -> int:
+def shortest_text(root: dict[str, Any] | bool, schema: Any) -> str | None:
+    """Compact JSON of one shortest instance of ``schema``, a subschema of ``root`` (whose ``$ref``s
+    it follows), or ``None`` where none can be built (the budget-fitting tracker prices a value not
+    yet written with it)."""
+    try:
+        instance = _Shortest(root).instance(schema, 0)
+    except _Unknown:
+        return None
+    return json.dumps(instance, separators=(",", ":"), ensure_ascii=False)
+
+
+def fewest_tokens(data: bytes, vocab: Spellings) -> int:
     """The fewest tokens whose spellings concatenate to ``data`` (dynamic programming over byte
     offsets); a byte no token spells costs one token on its own (a lower bound, never more)."""
     spellings = vocab.spelled_tokens

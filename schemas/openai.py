@@ -217,6 +217,8 @@ class GenerationRequest(_Body):
     structured_outputs: StructuredOutputs | None = None
     include_stop_str_in_output: bool | None = None
     stop_token_ids: list[int] | None = None
+    # tokenmold's budget fitting (docs/api.md).
+    budget: Literal["default", "fit"] | None = None
     # Accepted for compatibility; they change nothing.
     user: str | None = None
     metadata: dict[str, str] | None = None

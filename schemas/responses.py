@@ -197,6 +197,7 @@ class ResponsesRequest(_Body):
     repetition_penalty: float | None = None
     min_tokens: int | None = None
     ignore_eos: bool | None = None
+    budget: Literal["default", "fit"] | None = None
     # vLLM's extensions (as in the chat API), so a vLLM client runs unchanged.
     structured_outputs: StructuredOutputs | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -219,6 +220,7 @@ EXTENSIONS = (
     "repetition_penalty",
     "min_tokens",
     "ignore_eos",
+    "budget",
     "structured_outputs",
     "chat_template_kwargs",
     "include_stop_str_in_output",

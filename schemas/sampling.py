@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,3 +32,9 @@ class SamplingOptions(BaseModel):
     ignore_eos: bool = False
     #: Keep the matched stop string at the end of the text (vLLM's extension).
     include_stop_str_in_output: bool = False
+    budget: Literal["default", "fit"] = Field(
+        default="default",
+        description="'fit': the mask keeps only tokens after which the shortest schema-valid completion still "
+        "fits max_tokens, so a JSON answer closes in time (verdict 'fitted' with 'cut' when the budget changed "
+        "it); 'default': an answer that runs out of tokens is 'truncated'.",
+    )

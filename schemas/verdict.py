@@ -16,6 +16,9 @@ class VerdictStatus(str, enum.Enum):
     TRUNCATED = "truncated"
     #: The output is complete but does not fit the shape (or could not be checked).
     INVALID = "invalid"
+    #: Budget fitting (``budget: "fit"``) changed the answer to make it fit max_tokens: it fits the
+    #: shape and ended on a stop condition, and ``cut`` lists what the budget shortened or left out.
+    FITTED = "fitted"
 
 
 class VerdictError(BaseModel):
@@ -66,3 +69,8 @@ class Verdict(BaseModel):
     errors: list[VerdictError] = Field(default_factory=list)
     usage: Usage
     keywords: KeywordReport | None = None
+    cut: list[str] = Field(
+        default_factory=list,
+        description="With status 'fitted': JSON Pointers of what the budget shortened (a string, number or array "
+        "being written when the budget took over) or left out (an optional member the output lacks).",
+    )

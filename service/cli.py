@@ -2,16 +2,17 @@
 
     tokenmold generate (--schema FILE | --pydantic MODULE:CLASS | --grammar FILE | --regex RE
                         | --choice A,B,...) --prompt TEXT [--max-tokens N] [--temperature T]
-                        [--seed S] [--model M] [--strict] [--stop S]...
+                        [--seed S] [--model M] [--strict] [--stop S]... [--fit-budget]
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
                     [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
                     [--tool-call-format hermes|llama3|mistral] ...
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
-    tokenmold bench e2e|load|tools ...   (the grammar-engine benchmarks: python -m benchmarks, from a checkout)
+    tokenmold bench e2e|load|tools|budget ...   (the grammar-engine benchmarks: python -m benchmarks, from a checkout)
 
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
-2 bad input (one precise line on stderr, no traceback), 1 internal error.
+5 fitted (``--fit-budget``: valid, but the budget shortened it), 2 bad input (one precise line on
+stderr, no traceback), 1 internal error.
 """
 
 from __future__ import annotations
@@ -28,8 +29,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from tokenmold.service.repetition import RepetitionGuard
 
-EXIT_ACCEPTED, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_TRUNCATED, EXIT_INVALID = 0, 1, 2, 3, 4
-_STATUS_EXIT = {"accepted": EXIT_ACCEPTED, "truncated": EXIT_TRUNCATED, "invalid": EXIT_INVALID}
+EXIT_ACCEPTED, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_TRUNCATED, EXIT_INVALID, EXIT_FITTED = 0, 1, 2, 3, 4, 5
+_STATUS_EXIT = {
+    "accepted": EXIT_ACCEPTED,
+    "truncated": EXIT_TRUNCATED,
+    "invalid": EXIT_INVALID,
+    "fitted": EXIT_FITTED,
+}
 
 
 class BadInput(Exception):
@@ -74,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
     gen.add_argument("--strict", action="store_true", help="OpenAI strict schema semantics")
+    gen.add_argument(
+        "--fit-budget",
+        action="store_true",
+        help="budget fitting: the JSON closes within --max-tokens (exit 5 when the budget shortened it)",
+    )
     gen.add_argument(
         "--max-extra-properties",
         type=int,
@@ -208,7 +219,11 @@ def _generate(args: argparse.Namespace) -> int:
     try:
         shape = _shape_from_args(args)
         sampling = SamplingOptions(
-            max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed, stop=args.stop
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            seed=args.seed,
+            stop=args.stop,
+            budget="fit" if args.fit_budget else "default",
         )
     except (ShapeError, ValueError) as exc:
         raise BadInput(_one_line(exc)) from None
@@ -283,6 +298,7 @@ _BENCHES: dict[str, str] = {
     "e2e": "tokenmold.service.bench.e2e:run_e2e",
     "load": "tokenmold.service.bench.load:run_load",
     "tools": "tokenmold.service.bench.tools:run_tools",
+    "budget": "tokenmold.service.bench.budget:run_budget",
 }
 
 

@@ -19,6 +19,7 @@ from tokenmold.schemas.verdict import Usage, Verdict
 from tokenmold.service.engine import Engine, EngineConfig
 from tokenmold.service.environment import configure_environment
 from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable, PromptTooLong
+from tokenmold.service.fit import BudgetFitting
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.model_home import resolve_model
 from tokenmold.service.model_info import ModelInfo
@@ -29,6 +30,9 @@ from tokenmold.service.validation import judge
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
+
+    from tokenmold.grammar.backends.base import EngineSpec
+    from tokenmold.grammar.fit.replay import FitOutcome
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,23 @@ class _Collected:
         return self.finish_reason is not None or self.looping_at is not None
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """A request ready for the engine."""
+
+    compiled: CompiledShape | None
+    prompt_ids: list[int]
+    #: The forced prefix the engine gets as prompt (jump-forward), if taken.
+    forced: ForcedPrefix | None
+    params: SamplingParams
+    #: The spec the engine got, when it asked for budget fitting (the verdict replays with it).
+    fit_spec: EngineSpec | None
+
+    @property
+    def engine_prompt(self) -> list[int]:
+        return self.prompt_ids + list(self.forced.token_ids) if self.forced is not None else self.prompt_ids
+
+
 @dataclass
 class GenerationResult:
     completions: list[Completion]
@@ -167,6 +188,8 @@ class Runtime:
         self.aborted = 0
         #: Whether requests take their grammar's forced prefix as prompt (benchmarks compare both).
         self.jump_forward = config.jump_forward
+        #: Budget fitting (``budget: "fit"``): spec lines for the engine, replays for the verdict.
+        self.fitting = BudgetFitting(vocab, config.repetition_guard)
 
     def start_engine(self) -> Engine:
         """Start vLLM (call on the event loop that will serve requests)."""
@@ -227,12 +250,13 @@ class Runtime:
         ``shape`` may come compiled already (front ends that compile first, to time it or to refuse
         a bad shape before answering); ``options`` then do not apply.
         """
-        compiled, prompt_ids, forced, params = await self._prepare(prompt, shape, sampling, options, stream=False)
-        watch = self._loop_watch(compiled)
+        prepared = await self._prepare(prompt, shape, sampling, options, stream=False)
+        compiled, prompt_ids, forced, params = prepared.compiled, prepared.prompt_ids, prepared.forced, prepared.params
+        watch = self._loop_watch(compiled, prepared)
         request_id = self.engine.new_request_id()
         collected: dict[int, _Collected] = {}
         try:
-            async for output in self.engine.generate(_engine_prompt(prompt_ids, forced), params, request_id):
+            async for output in self.engine.generate(prepared.engine_prompt, params, request_id):
                 for out in output.outputs:
                     first = out.index not in collected
                     entry = collected.setdefault(out.index, _Collected())
@@ -268,17 +292,27 @@ class Runtime:
                 compiled=compiled,
                 usage=_usage(len(prompt_ids), len(entry.token_ids)),
                 looping_at=entry.looping_at,
+                fit=await self._fit_outcome(prepared, entry.token_ids),
             )
             completions.append(Completion(index, verdict, entry.token_ids, entry.logprobs, reasoning))
         return GenerationResult(completions, compiled, len(prompt_ids))
 
-    def _loop_watch(self, compiled: CompiledShape | None) -> LoopWatch | None:
+    def _loop_watch(self, compiled: CompiledShape | None, prepared: _Prepared | None = None) -> LoopWatch | None:
         """A repetition guard for a request's outputs: JSON outputs only (the guard reads the JSON
-        written so far), and not behind a reasoning parser (the thinking part is not JSON)."""
+        written so far), and not behind a reasoning parser (the thinking part is not JSON). With
+        budget fitting the engine runs the guard itself and closes the value instead."""
         guard = self.config.repetition_guard
         if guard is None or compiled is None or not compiled.shape.is_json or self.reasoning is not None:
             return None
+        if prepared is not None and prepared.fit_spec is not None:
+            return None
         return LoopWatch(guard, self.model.tokenizer.decode)
+
+    async def _fit_outcome(self, prepared: _Prepared, token_ids: list[int]) -> FitOutcome | None:
+        """What budget fitting did to one output (replayed off the event loop), if it was asked for."""
+        if prepared.fit_spec is None:
+            return None
+        return await asyncio.to_thread(self.fitting.outcome, prepared.fit_spec, token_ids)
 
     async def stream(
         self,
@@ -289,8 +323,10 @@ class Runtime:
     ) -> AsyncGenerator[StreamDelta, None]:
         """Yield text deltas as vLLM detokenizes them (it holds back partial UTF-8 and any text that
         could still be the start of a stop string); each output's last delta carries its verdict."""
-        compiled, prompt_ids, forced, params = await self._prepare(prompt, shape, sampling, options, stream=True)
-        watch = self._loop_watch(compiled)
+        prepared = await self._prepare(prompt, shape, sampling, options, stream=True)
+        compiled, prompt_ids, forced, params = prepared.compiled, prepared.prompt_ids, prepared.forced, prepared.params
+        watch = self._loop_watch(compiled, prepared)
+        tokens: dict[int, list[int]] = {}
         request_id = self.engine.new_request_id()
         texts: dict[int, list[str]] = {}
         counts: dict[int, int] = {}
@@ -299,7 +335,7 @@ class Runtime:
         ended: set[int] = set()
         cut = False
         try:
-            async for output in self.engine.generate(_engine_prompt(prompt_ids, forced), params, request_id):
+            async for output in self.engine.generate(prepared.engine_prompt, params, request_id):
                 for out in output.outputs:
                     if out.index in ended:
                         continue
@@ -312,6 +348,7 @@ class Runtime:
                         splitter = splitters.setdefault(out.index, self.reasoning.stream())
                         reasoning, text = splitter.feed(text)
                     texts.setdefault(out.index, []).append(text)
+                    tokens.setdefault(out.index, []).extend(token_ids)
                     counts[out.index] = counts.get(out.index, 0) + len(token_ids)
                     looping = watch.feed(out.index, token_ids) if watch and out.finish_reason is None else None
                     verdict = None
@@ -325,6 +362,7 @@ class Runtime:
                             compiled=compiled,
                             usage=_usage(len(prompt_ids), counts[out.index]),
                             looping_at=looping.pointer if looping is not None else None,
+                            fit=await self._fit_outcome(prepared, tokens[out.index]),
                         )
                     yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning)
                 if cut and len(ended) == params.n:
@@ -342,12 +380,12 @@ class Runtime:
         options: CompileOptions,
         *,
         stream: bool,
-    ) -> tuple[CompiledShape | None, list[int], ForcedPrefix | None, SamplingParams]:
+    ) -> _Prepared:
         """The compiled shape, the prompt's token ids, the forced prefix the engine gets as prompt
-        (if any) and the engine's sampling parameters."""
+        (if any), the engine's sampling parameters and, with budget fitting, the spec it got."""
         compiled = await self.compile(shape, options) if isinstance(shape, Shape) else shape
         # The guard reads outputs as they grow: the engine sends deltas even to a non-streaming call.
-        stream = stream or self._loop_watch(compiled) is not None
+        stream = stream or (self._loop_watch(compiled) is not None and sampling.budget != "fit")
         prompt_ids = self.prompt_ids(prompt)
         room = self.engine.room(prompt_ids)
         if self.config.budget_floor:
@@ -361,11 +399,15 @@ class Runtime:
         if forced is not None:
             assert spec is not None
             spec, sampling = spec.jumped(), forced.engine_sampling(sampling)
+        room -= len(forced.token_ids) if forced else 0
+        fit_spec = None
+        if sampling.budget == "fit":
+            fit_spec = spec = self.fitting.request(compiled, spec, min(sampling.max_tokens or room, room))
         params = to_sampling_params(
             sampling,
             engine_spec=spec,
             stop_token_ids=self.engine.stop_token_ids,
-            room=room - (len(forced.token_ids) if forced else 0),
+            room=room,
             stream=stream,
             skip_special_tokens=not (
                 compiled is not None
@@ -373,7 +415,7 @@ class Runtime:
                 and compiled.shape.source.tool_format.control_tokens
             ),
         )
-        return compiled, prompt_ids, forced, params
+        return _Prepared(compiled, prompt_ids, forced, params, fit_spec)
 
     def _with_prefix(
         self, forced: ForcedPrefix | None, token_ids: list[int], text: str, logprobs: Any
@@ -418,10 +460,6 @@ def _all_cut_or_done(collected: dict[int, _Collected], n: int) -> bool:
     """Every output ended and the guard cut at least one: the rest of the request is waste."""
     entries = collected.values()
     return len(collected) == n and all(e.done for e in entries) and any(e.looping_at for e in entries)
-
-
-def _engine_prompt(prompt_ids: list[int], forced: ForcedPrefix | None) -> list[int]:
-    return prompt_ids + list(forced.token_ids) if forced is not None else prompt_ids
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> Usage:

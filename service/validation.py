@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
+from tokenmold.grammar.fit.replay import FitOutcome
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
@@ -38,9 +39,12 @@ def judge(
     compiled: CompiledShape | None,
     usage: Usage,
     looping_at: str | None = None,
+    fit: FitOutcome | None = None,
 ) -> Verdict:
     """The verdict on one generated text. ``looping_at``: the JSON Pointer of the value the
-    repetition guard (``service/repetition.py``) cut the output in; the verdict is then truncated."""
+    repetition guard (``service/repetition.py``) cut the output in; the verdict is then truncated.
+    ``fit``: what budget fitting did to the output (``tokenmold.grammar.fit.replay``); an accepted
+    output it changed is ``fitted``, with ``cut``."""
     has_schema = compiled is not None and compiled.shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS)
     keywords = _report_model(compiled.report) if compiled is not None and has_schema else None
 
@@ -103,6 +107,8 @@ def judge(
         errors = _check_grammar(text, compiled, stop_reason)
     if errors:
         return verdict(VerdictStatus.INVALID, errors)
+    if fit is not None and fit.changed:
+        return verdict(VerdictStatus.FITTED, [], value).model_copy(update={"cut": fit.cut(value)})
     return verdict(VerdictStatus.ACCEPTED, [], value)
 
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, EngineSpec, read_llguidance_spec
+from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
 #: ``+cpu`` are ignored).
@@ -158,11 +158,13 @@ def _install_llguidance_grammars() -> None:
     original_validate = backend_xgrammar.validate_xgrammar_grammar
 
     def compile_grammar(self: Any, request_type: Any, grammar_spec: str, stop_token_ids: Any = None) -> Any:
-        parsed = read_llguidance_spec(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
+        parsed = LlguidanceSpec.read(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
         if parsed is not None:
-            grammar = _compile_llguidance(self, *parsed)
-            if EngineSpec("grammar", grammar_spec, "llguidance").guards_keys:
-                _guard_keys(self, grammar, parsed[1])
+            grammar = _compile_llguidance(self, parsed.grammar, parsed.forced)
+            if parsed.unique_keys:
+                _guard_keys(self, grammar, parsed.forced)
+            if parsed.fit is not None:
+                _fit_budget(self, grammar, parsed)
             return grammar
         return original_compile(self, request_type, grammar_spec, stop_token_ids)
 
@@ -264,12 +266,12 @@ def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
     if structured is None or state is None:
         return False
     request_type, spec = structured.structured_output_key
-    parsed = read_llguidance_spec(spec) if request_type == grammar_type else None
+    parsed = LlguidanceSpec.read(spec) if request_type == grammar_type else None
     if parsed is None:
         return False
     _, prototypes, lock = state
     with lock:
-        if parsed not in prototypes:
+        if (parsed.grammar, parsed.forced) not in prototypes:
             return False
     structured.grammar = manager._create_grammar(request)
     return True
@@ -417,6 +419,55 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
         for token in guard.forbidden():
             word = int(bitmask[idx, token >> 5]) & ~(1 << (token & 31)) & 0xFFFFFFFF
             bitmask[idx, token >> 5] = word - (1 << 32) if word >= 1 << 31 else word
+
+    grammar.accept_tokens = accept_tokens
+    grammar.fill_bitmask = fill_bitmask
+
+
+#: Shapes whose budget-fitting state (``tokenmold.grammar.fit.fitter.Fitting``) an engine keeps.
+FITTING_CACHE_SIZE = 64
+
+
+def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
+    """Run the budget-fitting mask (``tokenmold.grammar.fit``) next to ``grammar``: it follows the
+    accepted tokens (after the forced ones the prompt ends with) and, after the grammar and the
+    key guard filled a row, clears the bits of the tokens after which the output could no longer
+    close within the request's budget."""
+    import json
+
+    from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
+    from tokenmold.service.repetition import RepetitionGuard
+
+    fit = spec.fit
+    assert fit is not None
+    state = getattr(backend, "_tokenmold_fit", None)
+    if state is None:
+        table = TokenTable.from_llguidance(backend._tokenmold_llguidance[0])
+        fittings: OrderedDict[str, Fitting] = OrderedDict()
+        state = backend._tokenmold_fit = (table, fittings, threading.Lock())
+    table, fittings, lock = state
+    with lock:
+        fitting = fittings.get(fit.schema)
+        if fitting is None:
+            fitting = fittings[fit.schema] = Fitting(json.loads(fit.schema), table)
+            if len(fittings) > FITTING_CACHE_SIZE:
+                fittings.popitem(last=False)
+        fittings.move_to_end(fit.schema)
+    detector = RepetitionGuard(*fit.guard).detector() if fit.guard else None
+    fitter = Fitter(fitting, fit.budget, detector=detector)
+    fitter.feed_prefix(spec.forced)
+    accept, fill = grammar.accept_tokens, grammar.fill_bitmask
+
+    def accept_tokens(request_id: str, tokens: list[int]) -> bool:
+        accepted = accept(request_id, tokens)
+        if accepted:
+            for token in tokens:
+                fitter.accept(token)
+        return bool(accepted)
+
+    def fill_bitmask(bitmask: Any, idx: int) -> None:
+        fill(bitmask, idx)
+        fitter.restrict(bitmask[idx].numpy())
 
     grammar.accept_tokens = accept_tokens
     grammar.fill_bitmask = fill_bitmask

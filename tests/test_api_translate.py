@@ -230,8 +230,14 @@ def test_tool_answers_become_tool_calls() -> None:
 
 
 def test_unaccepted_lists_only_the_failed_choices() -> None:
-    rejected = unaccepted([(0, verdict("ok")), (1, verdict("{", VerdictStatus.TRUNCATED, "length"))])
+    rejected = unaccepted([(0, verdict("ok")), (1, verdict("{", VerdictStatus.TRUNCATED, "length"))], fit=False)
     assert [(v.index, v.status) for v in rejected] == [(1, VerdictStatus.TRUNCATED)]
+
+
+def test_a_fitted_output_passes_only_a_request_that_asked_for_fitting() -> None:
+    fitted = [(0, verdict("{}", VerdictStatus.FITTED, "stop"))]
+    assert unaccepted(fitted, fit=True) == []
+    assert [v.status for v in unaccepted(fitted, fit=False)] == [VerdictStatus.FITTED]
 
 
 # ---------------------------------------------------------------- streams
@@ -360,7 +366,7 @@ def client() -> TestClient:
         "prompt": PromptTooLong("the prompt is 9000 tokens; this model's context is 8192 tokens", param="messages"),
         "model": ModelNotFound("the model 'x' is not served here", param="model"),
         "engine": EngineUnavailable("the engine is not started"),
-        "unaccepted": Unaccepted(unaccepted([(0, verdict("{", VerdictStatus.TRUNCATED, "length"))])),
+        "unaccepted": Unaccepted(unaccepted([(0, verdict("{", VerdictStatus.TRUNCATED, "length"))], fit=False)),
         "bug": RuntimeError("secret internals"),
     }
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
-from tokenmold.grammar.backends.base import EngineSpec, read_llguidance_spec
+from tokenmold.grammar.backends.base import EngineSpec, LlguidanceSpec
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.bench.e2e import TOOL_CALL_SCHEMA
 from tokenmold.service.jump_forward import forced_prefix
@@ -22,9 +22,10 @@ def compiled(vocab):
 def test_llguidance_spec_carries_the_tokens_its_grammar_forces(compiled, vocab) -> None:
     forced = compiled.engine_spec.forced_tokens
     assert vocab.hf_tokenizer.decode(list(forced)) == '{"name":"get_weather","arguments":{"city'
-    grammar, consumed = read_llguidance_spec(compiled.engine_spec.text)
-    assert consumed == () and read_llguidance_spec(compiled.engine_spec.jumped().text) == (grammar, forced)
-    assert read_llguidance_spec('root ::= "x"') is None
+    parsed = LlguidanceSpec.read(compiled.engine_spec.text)
+    assert parsed is not None and parsed.forced == ()
+    assert LlguidanceSpec.read(compiled.engine_spec.jumped().text) == LlguidanceSpec(parsed.grammar, forced)
+    assert LlguidanceSpec.read('root ::= "x"') is None
     with pytest.raises(ValueError):
         EngineSpec("grammar", 'root ::= "x"', "xgrammar").jumped()
 
@@ -33,7 +34,9 @@ def test_the_engine_matcher_starts_after_the_forced_tokens(compiled, vocab) -> N
     from tokenmold.service.vllm_plugin import _compile_llguidance
 
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
-    grammar, forced = read_llguidance_spec(compiled.engine_spec.jumped().text)
+    parsed = LlguidanceSpec.read(compiled.engine_spec.jumped().text)
+    assert parsed is not None
+    grammar, forced = parsed.grammar, parsed.forced
     jumped = _compile_llguidance(engine_backend, grammar, forced)
     rest = vocab.encode('":"Paris"}}')
     assert jumped.accept_tokens("a", rest) and jumped.is_terminated() is False

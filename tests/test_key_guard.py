@@ -85,13 +85,15 @@ def test_the_plugin_guard_clears_a_repeated_key_from_the_engine_mask(vocab) -> N
     a spec asking for the guard gets a grammar whose mask refuses to close a key twice."""
     from types import SimpleNamespace
 
-    from tokenmold.grammar.backends.base import read_llguidance_spec
+    from tokenmold.grammar.backends.base import LlguidanceSpec
     from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_keys
 
     spec = ShapeCompiler(vocab, isolation="inline").compile(Shape.from_json_schema(OPEN)).engine_spec
     assert spec.guards_keys
     backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
-    serialized, forced = read_llguidance_spec(spec.text)
+    parsed = LlguidanceSpec.read(spec.text)
+    assert parsed is not None
+    serialized, forced = parsed.grammar, parsed.forced
     grammar = _compile_llguidance(backend, serialized, forced)
     _guard_keys(backend, grammar, forced)
     assert grammar.accept_tokens("r", vocab.encode('{"ab":1,"ab'))

@@ -240,7 +240,7 @@ def _events(body: ResponsesRequest, deltas: list[StreamDelta], rejected: bool = 
     stream = ResponsesStream(plan, response_shell(body, model="m"), model="m")
     frames = [frame for d in deltas for frame in stream.events(d)]
     verdicts = [(d.index, d.verdict) for d in deltas if d.verdict is not None]
-    frames += stream.closing(unaccepted(verdicts) if rejected else [])
+    frames += stream.closing(unaccepted(verdicts, fit=False) if rejected else [])
     out = []
     for frame in frames:
         event, data = frame.removesuffix("\n\n").split("\n")

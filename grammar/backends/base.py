@@ -42,24 +42,78 @@ class JsonOptions:
 #: Prefix of a ``grammar`` spec that carries a serialized llguidance grammar (see
 #: ``service/vllm_plugin.py``, which teaches vLLM's engine to apply it).
 LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
-#: An optional line after the marker: tokens the engine's matcher consumes before its first mask,
-#: because the request's prompt already ends with them (jump-forward, see ``EngineSpec``).
-_FORCED_LINE = "%forced "
-#: An optional first line after the marker: the engine also runs the duplicate-key guard
-#: (``tokenmold.grammar.key_guard``) for this grammar, whose JSON has explicitly open objects.
+#: Optional header lines after the marker, in this order (``LlguidanceSpec``).
 _UNIQUE_KEYS_LINE = "%unique-keys\n"
+_FIT_LINE = "%fit "
+_FORCED_LINE = "%forced "
 
 
-def read_llguidance_spec(text: str) -> tuple[str, tuple[int, ...]] | None:
-    """The serialized grammar and the tokens to consume first, of a spec the plugin compiles;
-    ``None`` for any other grammar."""
-    if not text.startswith(LLGUIDANCE_MARKER):
-        return None
-    body = text[len(LLGUIDANCE_MARKER) :].removeprefix(_UNIQUE_KEYS_LINE)
-    if not body.startswith(_FORCED_LINE):
-        return body, ()
-    line, _, grammar = body.partition("\n")
-    return grammar, tuple(int(token) for token in line[len(_FORCED_LINE) :].split(","))
+@dataclass(frozen=True)
+class FitRequest:
+    """Budget fitting asked for (``tokenmold.grammar.fit``): the tokens the engine may generate, the
+    normalized schema the tracker follows (compact JSON), and the repetition guard's thresholds
+    (``min_repeats, max_period, min_tokens``; ``None``: no guard)."""
+
+    budget: int
+    schema: str
+    guard: tuple[int, int, int] | None = None
+
+    def line(self) -> str:
+        guard = ",".join(map(str, self.guard)) if self.guard else "-"
+        return f"{_FIT_LINE}{self.budget} {guard} {self.schema}\n"
+
+    @classmethod
+    def read(cls, line: str) -> FitRequest:
+        budget, guard, schema = line[len(_FIT_LINE) :].split(" ", 2)
+        if guard == "-":
+            return cls(int(budget), schema)
+        repeats, period, tokens = (int(n) for n in guard.split(","))
+        return cls(int(budget), schema, (repeats, period, tokens))
+
+
+@dataclass(frozen=True)
+class LlguidanceSpec:
+    """A spec the plugin compiles: the serialized grammar and what the engine runs next to it.
+
+    ``forced``: tokens the matcher consumes before its first mask, because the request's prompt
+    already ends with them (jump-forward, see ``EngineSpec``). ``unique_keys``: the duplicate-key
+    guard (``tokenmold.grammar.key_guard``) runs too, for JSON with explicitly open objects.
+    ``fit``: the budget-fitting mask (``tokenmold.grammar.fit``) runs too.
+    """
+
+    grammar: str
+    forced: tuple[int, ...] = ()
+    unique_keys: bool = False
+    fit: FitRequest | None = None
+
+    @classmethod
+    def read(cls, text: str) -> LlguidanceSpec | None:
+        """The parsed spec, or ``None`` for any other grammar text."""
+        if not text.startswith(LLGUIDANCE_MARKER):
+            return None
+        body = text[len(LLGUIDANCE_MARKER) :]
+        unique_keys = body.startswith(_UNIQUE_KEYS_LINE)
+        body = body.removeprefix(_UNIQUE_KEYS_LINE)
+        fit = None
+        if body.startswith(_FIT_LINE):
+            line, _, body = body.partition("\n")
+            fit = FitRequest.read(line)
+        forced: tuple[int, ...] = ()
+        if body.startswith(_FORCED_LINE):
+            line, _, body = body.partition("\n")
+            forced = tuple(int(token) for token in line[len(_FORCED_LINE) :].split(","))
+        return cls(body, forced, unique_keys, fit)
+
+    @property
+    def text(self) -> str:
+        forced = _FORCED_LINE + ",".join(map(str, self.forced)) + "\n" if self.forced else ""
+        return (
+            LLGUIDANCE_MARKER
+            + (_UNIQUE_KEYS_LINE if self.unique_keys else "")
+            + (self.fit.line() if self.fit else "")
+            + forced
+            + self.grammar
+        )
 
 
 @dataclass(frozen=True)
@@ -78,26 +132,36 @@ class EngineSpec:
     backend: str
     forced_tokens: tuple[int, ...] = ()
 
+    @property
+    def llguidance(self) -> LlguidanceSpec | None:
+        return LlguidanceSpec.read(self.text)
+
     def jumped(self) -> EngineSpec:
         """This grammar with its forced tokens already consumed (llguidance specs only)."""
-        parsed = read_llguidance_spec(self.text)
-        if parsed is None or parsed[1] or not self.forced_tokens:
+        parsed = self.llguidance
+        if parsed is None or parsed.forced or not self.forced_tokens:
             raise ValueError("only an llguidance spec with forced tokens can jump forward")
-        line = _FORCED_LINE + ",".join(str(token) for token in self.forced_tokens) + "\n"
-        guard = _UNIQUE_KEYS_LINE if self.guards_keys else ""
-        return EngineSpec(self.kind, LLGUIDANCE_MARKER + guard + line + parsed[0], self.backend)
+        return EngineSpec(self.kind, replace(parsed, forced=self.forced_tokens).text, self.backend)
 
     @property
     def guards_keys(self) -> bool:
         """Whether the engine runs the duplicate-key guard next to this grammar."""
-        return self.text.startswith(LLGUIDANCE_MARKER + _UNIQUE_KEYS_LINE)
+        parsed = self.llguidance
+        return parsed is not None and parsed.unique_keys
 
     def with_key_guard(self) -> EngineSpec:
         """This llguidance spec with the duplicate-key guard asked for."""
-        if read_llguidance_spec(self.text) is None or self.guards_keys:
+        parsed = self.llguidance
+        if parsed is None or parsed.unique_keys:
             raise ValueError("only an llguidance spec takes the key guard, once")
-        text = LLGUIDANCE_MARKER + _UNIQUE_KEYS_LINE + self.text[len(LLGUIDANCE_MARKER) :]
-        return replace(self, text=text)
+        return replace(self, text=replace(parsed, unique_keys=True).text)
+
+    def with_fit(self, fit: FitRequest) -> EngineSpec:
+        """This llguidance spec with the budget-fitting mask asked for."""
+        parsed = self.llguidance
+        if parsed is None:
+            raise ValueError("only an llguidance spec takes budget fitting")
+        return replace(self, text=replace(parsed, fit=fit).text)
 
 
 class Matcher(ABC):

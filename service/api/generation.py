@@ -114,7 +114,7 @@ class Generation:
             return Response(status_code=CLIENT_GONE)  # nobody reads it; the engine request was aborted
         for i, completion in enumerate(result.completions):
             self.metrics.observe_verdict(completion.verdict, count_prompt=i == 0)
-        rejected = unaccepted((c.index, c.verdict) for c in result.completions)
+        rejected = unaccepted(((c.index, c.verdict) for c in result.completions), fit=plan.sampling.budget == "fit")
         if reject and rejected:
             raise Unaccepted(rejected)
         return JSONResponse(answer(result).model_dump(mode="json"))
@@ -135,7 +135,7 @@ class Generation:
                     if delta.verdict is not None:
                         self.metrics.observe_verdict(delta.verdict, count_prompt=not finished)
                         finished.add(delta.index)
-                        rejected += unaccepted([(delta.index, delta.verdict)])
+                        rejected += unaccepted([(delta.index, delta.verdict)], fit=plan.sampling.budget == "fit")
                     for event in frames.events(delta):
                         yield event
                 for event in frames.closing(rejected if reject else []):

@@ -197,6 +197,7 @@ def _sampling(
         "logit_bias": bias,
         "stop_token_ids": body.stop_token_ids,
         "include_stop_str_in_output": body.include_stop_str_in_output,
+        "budget": body.budget,
     }
     return SamplingOptions(**{name: value for name, value in fields.items() if value is not None})
 
@@ -212,12 +213,14 @@ def validation(verdict: Verdict) -> Validation:
     return Validation(status=verdict.status, errors=verdict.errors, keywords=verdict.keywords)
 
 
-def unaccepted(verdicts: Iterable[tuple[int, Verdict]]) -> list[ChoiceVerdict]:
-    """The verdicts of choices that are not accepted (the 422 mode's body), empty if all are."""
+def unaccepted(verdicts: Iterable[tuple[int, Verdict]], *, fit: bool) -> list[ChoiceVerdict]:
+    """The verdicts of choices that are not accepted (the 422 mode's body), empty if all are. A
+    ``fitted`` output counts as accepted only when the request asked for budget fitting (``fit``)."""
+    passing = {VerdictStatus.ACCEPTED, VerdictStatus.FITTED} if fit else {VerdictStatus.ACCEPTED}
     return [
         ChoiceVerdict(index=index, **validation(verdict).model_dump())
         for index, verdict in verdicts
-        if verdict.status is not VerdictStatus.ACCEPTED
+        if verdict.status not in passing
     ]
 
 

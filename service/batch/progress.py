@@ -19,6 +19,7 @@ class Tally:
     skipped: int = 0
     done: int = 0
     accepted: int = 0
+    fitted: int = 0
     truncated: int = 0
     invalid: int = 0
     #: Lines whose request was refused (a 4xx) or never reached a route (bad url, method...).
@@ -39,7 +40,7 @@ class Tally:
         if not outcome.ok:
             self.errors += 1
         for status in outcome.statuses:
-            if status in ("accepted", "truncated", "invalid"):
+            if status in ("accepted", "fitted", "truncated", "invalid"):
                 setattr(self, status, getattr(self, status) + 1)
         self.tokens += outcome.output_tokens
 
@@ -55,7 +56,8 @@ class Tally:
         filled = int(width * finished / self.total) if self.total else width
         return (
             f"[{'#' * filled}{'.' * (width - filled)}] {finished}/{self.total}"
-            f"  accepted {self.accepted} truncated {self.truncated} invalid {self.invalid} errors {self.errors}"
+            f"  accepted {self.accepted} fitted {self.fitted} truncated {self.truncated} invalid {self.invalid}"
+            f" errors {self.errors}"
             f"  {self.tokens / elapsed:.0f} tok/s  ETA {_clock(eta)}"
         )
 
@@ -63,7 +65,8 @@ class Tally:
         elapsed = time.monotonic() - self.started
         parts = [
             f"{self.done} lines written in {elapsed:.1f} s ({self.skipped} already done before this run)",
-            f"outputs: {self.accepted} accepted, {self.truncated} truncated, {self.invalid} invalid",
+            f"outputs: {self.accepted} accepted, {self.fitted} fitted, {self.truncated} truncated, "
+            f"{self.invalid} invalid",
             f"{self.errors} error lines (refused requests or bad lines)",
             f"{self.tokens} tokens generated ({self.tokens / max(elapsed, 1e-9):.0f} tok/s)",
         ]

@@ -1,0 +1,335 @@
+"""The budget-fitting mask: at every step, only tokens after which the output can still close in time.
+
+Opt-in per request (``budget: "fit"``). It runs next to the grammar's matcher, after the grammar
+(and the duplicate-key guard) filled the row: for each token the grammar allows, the tokens the
+cheapest valid completion needs after it (``Tracker.plan``, tokenized at its cheapest) must fit the
+tokens left, keeping one for the end-of-sequence token. A token that would not fit is removed.
+So optional members stop being opened, arrays close once ``minItems`` holds, strings and numbers
+end, and required content comes in its shortest form when nothing else fits.
+
+Not every token is tried one by one: inside a string, content tokens (no quote, no backslash)
+change the plan only by how many characters they add toward a ``minLength``, so they are priced by
+their length (one trial per length); in a key, content tokens that continue no listed name all
+lead to the same plan (an extra key). Trials are cached per position (``Fitting.trials``), so the
+requests of one shape share them.
+
+The repetition guard (``service/repetition.py``) runs here too in fit mode: a loop inside one value
+switches the output to closing (every step must lower the cost), so the value ends, the output
+closes and the verdict lists the value in ``cut`` instead of truncating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from tokenmold.grammar.budget import fewest_tokens
+from tokenmold.grammar.fit.schema import FitSchema
+from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker
+
+#: More allowed tokens than this outside a string are not tried one by one (the step is left to
+#: the grammar); in practice a JSON position outside strings allows a few hundred at most.
+MAX_TRIALS = 4096
+#: Trials kept per shape (position x token -> cost).
+MAX_CACHED_TRIALS = 200_000
+#: The cost of a token after which the tracker has no plan: never fits.
+UNPLANNED = 1 << 30
+#: Content tokens are grouped by length up to this many characters (longer ones share a group).
+MAX_CHARS = 64
+
+
+class TokenTable:
+    """Token bytes by id and their classes, built once per vocabulary (in the engine and for the
+    verdict's replay): ``content`` tokens can only extend a string (``_is_content``), ``chars``
+    counts their characters, ``special`` ones (control tokens, end of sequence) are
+    never removed."""
+
+    def __init__(self, tokens: Iterable[tuple[int, bytes, bool]], size: int) -> None:
+        self.size = size
+        self.by_id: list[bytes] = [b""] * size
+        self.special: np.ndarray = np.ones(size, dtype=bool)
+        self.content: np.ndarray = np.zeros(size, dtype=bool)
+        self.chars: np.ndarray = np.zeros(size, dtype=np.int32)
+        for token, data, special in tokens:
+            if special or not data or token >= size:
+                continue
+            self.by_id[token] = data
+            self.special[token] = False
+            if _is_content(data):
+                self.content[token] = True
+                self.chars[token] = sum((b & 0xC0) != 0x80 for b in data)
+        words = (size + 31) // 32
+        #: Packed like a bitmask row: every ordinary token, the content tokens, and the content
+        #: tokens of exactly ``n`` (``chars_bits[n]``) and of at least ``n`` characters.
+        self.ordinary = _pack(~self.special, words)
+        self.content_bits = _pack(self.content, words)
+        lengths = np.minimum(self.chars, MAX_CHARS)
+        self.chars_bits = [_pack(self.content & (lengths == n), words) for n in range(MAX_CHARS + 1)]
+        self.chars_at_least = [_pack(self.content & (lengths >= n), words) for n in range(MAX_CHARS + 1)]
+        #: Ordinary tokens that are not content: tried one by one inside a string.
+        self.structural = np.flatnonzero(~self.special & ~self.content)
+        #: The spellings, for the cheapest tokenization of a plan (``budget.fewest_tokens``).
+        self.spelled_tokens: dict[bytes, list[int]] = {}
+        for token, data in enumerate(self.by_id):
+            if data:
+                self.spelled_tokens.setdefault(data, []).append(token)
+        self.longest_spelling = max(map(len, self.spelled_tokens), default=1)
+
+    @classmethod
+    def from_llguidance(cls, ll_tokenizer: Any) -> TokenTable:
+        size = ll_tokenizer.vocab_size
+        return cls(((t, ll_tokenizer.decode_bytes([t]), ll_tokenizer.is_special_token(t)) for t in range(size)), size)
+
+
+class Fitting:
+    """What every request of one shape shares: the schema view, plan costs and cached trials."""
+
+    def __init__(self, schema: dict[str, Any] | bool, table: TokenTable) -> None:
+        self.schema = FitSchema(schema)
+        self.table = table
+        self._costs: dict[bytes, int] = {}
+        self.trials: dict[tuple[Any, int], int] = {}
+
+    def cost(self, plan: bytes) -> int:
+        found = self._costs.get(plan)
+        if found is None:
+            found = self._costs[plan] = fewest_tokens(plan, self.table)
+        return found
+
+
+@dataclass(frozen=True)
+class Narrowing:
+    """A step at which the budget removed tokens the grammar allowed, and what was open then."""
+
+    step: int
+    #: The string or number being written (the budget shortened it), if any.
+    innermost: str | None
+    #: Pointers of the arrays open then (the budget may have stopped them early).
+    arrays: tuple[str, ...]
+    #: Per open object, its optional listed members not written yet (it may have left them out).
+    optional: tuple[tuple[str, tuple[str, ...]], ...]
+
+
+class LoopDetector(Protocol):
+    """``service.repetition.RepetitionDetector``: says when an output's tail is a loop."""
+
+    def feed(self, token_ids: list[int]) -> Any: ...
+
+
+@dataclass
+class Fitter:
+    """One output's budget: feed it the accepted tokens, ask which allowed tokens to remove."""
+
+    fitting: Fitting
+    #: Tokens the engine may still generate (max_tokens, less the forced prefix).
+    left: int
+    #: The repetition guard's detector; a loop inside one value makes the output close.
+    detector: LoopDetector | None = None
+    #: The pointer of the value a loop was found in: from then on every token must lower the cost.
+    looping_at: str | None = None
+    tracker: Tracker = field(init=False)
+    steps: int = 0
+    narrowed: list[Narrowing] = field(default_factory=list)
+    #: The step at which the string or number being written began (a loop must lie inside it).
+    _value_start: tuple[str, int] | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker = Tracker(self.fitting.schema)
+
+    def feed_prefix(self, tokens: Iterable[int]) -> None:
+        """Tokens the output starts with that the budget does not pay for (the forced prefix)."""
+        for token in tokens:
+            self.tracker = self.tracker.feed(self.fitting.table.by_id[token])
+
+    def accept(self, token: int) -> None:
+        self.tracker = self.tracker.feed(self.fitting.table.by_id[token])
+        self.left -= 1
+        self.steps += 1
+        top = self.tracker.top
+        scalar = top.pointer if isinstance(top, (Str, Num)) else None
+        if scalar is None:
+            self._value_start = None
+        elif self._value_start is None or self._value_start[0] != scalar:
+            self._value_start = (scalar, self.steps - 1)
+        if self.detector is not None and self.looping_at is None:
+            loop = self.detector.feed([token])
+            start = self._value_start
+            if loop is not None and start is not None and self.steps - loop.tokens >= start[1]:
+                self.looping_at = start[0]
+
+    def restrict(self, words: np.ndarray) -> bool:
+        """Clear, in one bitmask row the grammar filled (int32 words, 32 tokens a word), the bits of
+        the tokens that would not fit; whether any was cleared (the step is then in ``narrowed``)."""
+        tracker, table = self.tracker, self.fitting.table
+        if tracker.done:
+            # Complete: with one token left only the end of sequence may come.
+            return self.left <= 1 and _clear(words, table.ordinary)
+        plan = tracker.plan()
+        if plan is None:
+            return False
+        now = self.fitting.cost(plan)
+        limit = self.left - 2  # after this token, and one token kept for the end of sequence
+        if self.looping_at is not None:
+            limit = min(limit, now - 1)
+        top = tracker.top
+        removed = False
+        original = words.copy()
+        if isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
+            removed = self._string_content(words, tracker, now, limit)
+            tried = table.structural[_bits(words, table.structural)]
+        else:
+            tried = allowed_tokens(words, table.size)
+            tried = tried[~table.special[tried]]
+            if isinstance(top, Obj) and top.phase == "in_key" and not top.key.open:
+                content = table.content[tried]
+                removed = _clear_ids(words, self._key_content(tracker, tried[content], limit))
+                tried = tried[~content]
+        if len(tried) <= MAX_TRIALS:
+            key = _position(tracker)
+            bad = [t for t in tried.tolist() if self._trial(key, t) > limit]
+            removed = _clear_ids(words, _ids(bad)) or removed
+        if removed and not words.any():
+            # Nothing fits (a plan the grammar does not allow): the grammar's row stands, and the
+            # output may end truncated rather than stuck.
+            words[:] = original
+            return False
+        if removed:
+            self._record()
+        return removed
+
+    def _string_content(self, words: np.ndarray, tracker: Tracker, now: int, limit: int) -> bool:
+        """Clear the content tokens of a string that do not fit, priced by their length: the plan
+        changes only by the filler a ``minLength`` still needs."""
+        top = tracker.top
+        assert isinstance(top, Str)
+        table = self.fitting.table
+        need = min(max(int(c.schema.get("minLength", 0)) for c in top.cands) - top.text.chars, MAX_CHARS)
+        if need <= 0:
+            return now > limit and _clear(words, table.content_bits)
+        removed = False
+        for n in range(1, need + 1):
+            plan = tracker.feed(b"a" * n).plan()
+            if plan is None or self.fitting.cost(plan) > limit:
+                removed = _clear(words, table.chars_bits[n] if n < need else table.chars_at_least[n]) or removed
+        return removed
+
+    def _key_content(self, tracker: Tracker, tokens: np.ndarray, limit: int) -> np.ndarray:
+        """Of the content tokens a key allows, those that do not fit: the ones that continue a
+        listed name are tried one by one; the rest all lead to one plan (an extra key), priced by the
+        first of them the tracker can follow."""
+        top = tracker.top
+        assert isinstance(top, Obj)
+        names = [n.encode() for c in top.cands for n in c.schema.get("properties", {}) if n not in top.keys]
+        raw, by_id = top.key.raw, self.fitting.table.by_id
+        key = _position(tracker)
+        bad, other_cost = [], None
+        for token in tokens.tolist():
+            written = raw + by_id[token]
+            if any(n.startswith(written) or written.startswith(n) for n in names):
+                cost = self._trial(key, token)
+            else:
+                if other_cost is None and self.tracker.feed(by_id[token]).plan() is not None:
+                    other_cost = self._trial(key, token)
+                cost = other_cost if other_cost is not None else self._trial(key, token)
+            if cost > limit:
+                bad.append(token)
+        return _ids(bad)
+
+    def _trial(self, key: Any, token: int) -> int:
+        """The cost after ``token`` from the position ``key`` (cached per shape); a token after
+        which the tracker has no plan is priced out (``restrict`` keeps the grammar's row whole if
+        that would leave nothing)."""
+        trials = self.fitting.trials
+        found = trials.get((key, token))
+        if found is None:
+            plan = self.tracker.feed(self.fitting.table.by_id[token]).plan()
+            found = self.fitting.cost(plan) if plan is not None else UNPLANNED
+            if len(trials) >= MAX_CACHED_TRIALS:
+                trials.clear()
+            trials[(key, token)] = found
+        return found
+
+    def _record(self) -> None:
+        values = self.tracker.open_values()
+        innermost = values[-1].pointer if values and isinstance(values[-1], (Str, Num)) else None
+        arrays = tuple(v.pointer for v in values if isinstance(v, Arr))
+        optional = tuple((v.pointer, _optional_names(v)) for v in values if isinstance(v, Obj))
+        self.narrowed.append(Narrowing(self.steps, innermost, arrays, optional))
+
+
+def _optional_names(frame: Obj) -> tuple[str, ...]:
+    names: dict[str, None] = {}
+    for cand in frame.cands:
+        required = set(cand.schema.get("required", ()))
+        names.update((n, None) for n in cand.schema.get("properties", {}) if n not in required and n not in frame.keys)
+    return tuple(names)
+
+
+def _is_content(data: bytes) -> bool:
+    """Whole characters that can only extend a string: no quote, backslash or control byte, and no
+    UTF-8 sequence begun or ended outside the token (those change what closing the string needs)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any(b in b'"\\' or b < 0x20 for b in data)
+
+
+def _pack(flags: np.ndarray, words: int) -> np.ndarray:
+    bits: np.ndarray = np.zeros(words * 32, dtype=bool)
+    bits[: len(flags)] = flags
+    packed: np.ndarray = np.packbits(bits, bitorder="little").view(np.int32)
+    return packed
+
+
+def allowed_tokens(words: np.ndarray, size: int) -> np.ndarray:
+    """The token ids whose bits are set in one bitmask row (only the non-zero words are unpacked)."""
+    nonzero = np.flatnonzero(words)
+    bits = np.unpackbits(words[nonzero].view(np.uint8), bitorder="little").reshape(len(nonzero), 32)
+    rows, columns = np.nonzero(bits)
+    ids: np.ndarray = nonzero[rows] * 32 + columns
+    kept: np.ndarray = ids[ids < size]
+    return kept
+
+
+def _ids(tokens: list[int]) -> np.ndarray:
+    out: np.ndarray = np.array(tokens, dtype=np.int64)
+    return out
+
+
+def _bits(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Whether each of ``tokens`` is allowed in the row."""
+    shifts = (tokens & 31).astype(np.uint32)
+    flags: np.ndarray = ((words.view(np.uint32)[tokens >> 5] >> shifts) & 1).astype(bool)
+    return flags
+
+
+def _clear(words: np.ndarray, keep_out: np.ndarray) -> bool:
+    """Clear the bits set in ``keep_out`` (packed like ``words``); whether any was set."""
+    hit = bool(np.any(words & keep_out))
+    if hit:
+        words &= ~keep_out
+    return hit
+
+
+def _clear_ids(words: np.ndarray, tokens: np.ndarray) -> bool:
+    if not len(tokens):
+        return False
+    hit = bool(_bits(words, tokens).any())
+    np.bitwise_and.at(words.view(np.uint32), tokens >> 5, ~(np.uint32(1) << (tokens & 31).astype(np.uint32)))
+    return hit
+
+
+def _position(tracker: Tracker) -> Any:
+    """What a trial's cost depends on: the stack, with a plain string's text reduced to what its
+    plan reads (its length up to ``minLength`` and an open escape), so a string's trials are shared
+    by all its steps."""
+    top = tracker.top
+    if isinstance(top, Str) and all(c.values is None for c in top.cands):
+        need = max(int(c.schema.get("minLength", 0)) for c in top.cands)
+        reduced = top._replace(text=Text(b"", min(top.text.chars, need), top.text.escape, top.text.pending))
+        return (*tracker.stack[:-1], reduced)
+    return tracker.stack

@@ -1,0 +1,400 @@
+"""Where a JSON output stands in its schema, and the shortest bytes that finish it from there.
+
+The budget-fitting mask (``tokenmold.grammar.fit.fitter``) asks, for a state and for the state
+after each candidate token, how many tokens the cheapest valid completion needs. This module
+answers the first half: a byte-level JSON scanner over the normalized schema (the one the grammar
+was built from) whose ``plan()`` is the shortest completion: an open escape or UTF-8 sequence
+completed, the open string closed (after its ``minLength`` or the shortest enum member it has
+begun), numbers ended, the required members still missing written at their shortest, arrays given
+their ``minItems``, every bracket closed.
+
+The tracker is immutable: ``feed`` returns a new one, so trying a token on it costs only the
+frames that change (the mask tries dozens per step). Frames are small tuples; a frame's phase says
+what the next byte may be. Anything it cannot follow (a byte the grammar should not have allowed,
+an ``allOf`` left in the schema) makes it ``lost``: its plan is then ``None`` and the budget is left
+to the grammar alone.
+
+The plan is consistent in the sense the mask relies on: writing a prefix of the plan leads to a
+state whose plan is the rest of it, so the first token of the plan's cheapest tokenization lowers
+the cost by one, and a mask that keeps ``cost <= tokens left`` never runs out of tokens.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
+
+_WHITESPACE = frozenset(b" \t\n\r")
+_NUMBER = frozenset(b"0123456789+-.eE")
+_ESCAPES = frozenset(b'"\\/bfnrt')
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+class Text(NamedTuple):
+    """A string being written: its bytes so far as written (JSON escapes kept) and its length."""
+
+    raw: bytes = b""
+    chars: int = 0
+    #: 0: no escape open; -1: just after a backslash; k > 0: hex digits still due after ``\\u``.
+    escape: int = 0
+    #: Continuation bytes still due to complete a UTF-8 sequence (a token may end inside one).
+    pending: int = 0
+
+    def step(self, byte: int) -> Text | None:
+        """The text after ``byte`` (not the closing quote); ``None`` for a byte JSON forbids here."""
+        raw = self.raw + bytes([byte])
+        if self.pending:
+            return Text(raw, self.chars, 0, self.pending - 1) if byte & 0xC0 == 0x80 else None
+        if self.escape == -1:
+            if byte == ord("u"):
+                return Text(raw, self.chars, 4)
+            return Text(raw, self.chars + 1, 0) if byte in _ESCAPES else None
+        if self.escape > 0:
+            return Text(raw, self.chars + (self.escape == 1), self.escape - 1) if byte in _HEX else None
+        if byte == ord("\\"):
+            return Text(raw, self.chars, -1)
+        if byte < 0x20 or byte & 0xC0 == 0x80:
+            return None
+        return Text(raw, self.chars + 1, 0, 3 if byte >= 0xF0 else 2 if byte >= 0xE0 else 1 if byte >= 0xC0 else 0)
+
+    @property
+    def open(self) -> bool:
+        """Inside an escape or a UTF-8 sequence: the string cannot close yet."""
+        return bool(self.escape or self.pending)
+
+    @property
+    def rest(self) -> bytes:
+        """The shortest bytes that complete an open escape or UTF-8 sequence."""
+        if self.pending:
+            # The smallest valid continuation: after E0 and F0 the second byte has a higher floor.
+            last = self.raw[-1]
+            second = {0xE0: 0xA0, 0xF0: 0x90}.get(last, 0x80) if last >= 0xC0 else 0x80
+            return bytes([second]) + b"\x80" * (self.pending - 1)
+        return b"n" if self.escape == -1 else b"0" * self.escape
+
+
+class Str(NamedTuple):
+    pointer: str
+    cands: tuple[Candidate, ...]
+    text: Text = Text()
+
+
+class Num(NamedTuple):
+    pointer: str
+    text: str
+
+
+class Lit(NamedTuple):
+    pointer: str
+    rest: str
+
+
+class Obj(NamedTuple):
+    pointer: str
+    cands: tuple[Candidate, ...]
+    keys: tuple[str, ...] = ()
+    #: open (after ``{``), key (after ``,``), in_key, colon, value, after (a member written).
+    phase: str = "open"
+    key: Text = Text()
+
+
+class Arr(NamedTuple):
+    pointer: str
+    cands: tuple[Candidate, ...]
+    items: int = 0
+    #: open (after ``[``), item (after ``,``), after (an item written).
+    phase: str = "open"
+
+
+class Root(NamedTuple):
+    cands: tuple[Candidate, ...]
+    done: bool = False
+
+
+Value = Str | Num | Lit | Obj | Arr
+Frame = Value | Root
+
+
+class Tracker:
+    """One output's position in its schema (immutable; see the module docstring)."""
+
+    __slots__ = ("schema", "stack", "lost")
+
+    def __init__(self, schema: FitSchema, stack: tuple[Frame, ...] | None = None, lost: bool = False) -> None:
+        self.schema = schema
+        self.stack: tuple[Frame, ...] = stack if stack is not None else (Root(schema.candidates(schema.root)),)
+        self.lost = lost
+
+    @property
+    def top(self) -> Frame:
+        return self.stack[-1]
+
+    @property
+    def done(self) -> bool:
+        top = self.stack[-1]
+        return isinstance(top, Root) and top.done
+
+    def feed(self, data: bytes) -> Tracker:
+        """The tracker after ``data``."""
+        if self.lost:
+            return self
+        stack: tuple[Frame, ...] | None = self.stack
+        try:
+            for byte in data:
+                assert stack is not None
+                stack = self._step(stack, byte)
+                if stack is None:
+                    break
+        except (Untracked, ValueError):  # ValueError: a key that is not valid JSON text
+            stack = None
+        return Tracker(self.schema, stack) if stack is not None else Tracker(self.schema, self.stack, True)
+
+    def open_values(self) -> list[Value]:
+        """The values being written, outermost first."""
+        return [frame for frame in self.stack if not isinstance(frame, Root)]
+
+    # --- scanning ---------------------------------------------------------------------------------
+
+    def _step(self, stack: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
+        top, below = stack[-1], stack[:-1]
+        if isinstance(top, Str):
+            if byte == ord('"') and not top.text.open:
+                return self._close(below)
+            text = top.text.step(byte)
+            return None if text is None else below + (top._replace(text=text),)
+        if isinstance(top, Num):
+            if byte in _NUMBER:
+                return below + (top._replace(text=top.text + chr(byte)),)
+            closed = self._close(below)
+            return None if closed is None else self._step(closed, byte)
+        if isinstance(top, Lit):
+            if not top.rest or byte != ord(top.rest[0]):
+                return None
+            return self._close(below) if len(top.rest) == 1 else below + (top._replace(rest=top.rest[1:]),)
+        if isinstance(top, Obj):
+            return self._object(top, below, byte)
+        if isinstance(top, Arr):
+            return self._array(top, below, byte)
+        if byte in _WHITESPACE:
+            return stack
+        return None if top.done else self._start(stack, top.cands, "", byte)
+
+    def _object(self, top: Obj, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
+        phase = top.phase
+        if phase == "in_key":
+            if byte == ord('"') and not top.key.open:
+                name = json.loads(b'"' + top.key.raw + b'"')
+                cands = tuple(c for c in top.cands if _member_schema(c, name) is not _ABSENT)
+                if not cands or name in top.keys:
+                    return None
+                return below + (top._replace(cands=cands, keys=top.keys + (name,), phase="colon", key=Text()),)
+            key = top.key.step(byte)
+            return None if key is None else below + (top._replace(key=key),)
+        if byte in _WHITESPACE:
+            return below + (top,)
+        if phase in ("open", "key") and byte == ord('"'):
+            return below + (top._replace(phase="in_key", key=Text()),)
+        if phase in ("open", "after") and byte == ord("}"):
+            return self._close(below)
+        if phase == "after" and byte == ord(","):
+            return below + (top._replace(phase="key"),)
+        if phase == "colon" and byte == ord(":"):
+            return below + (top._replace(phase="value"),)
+        if phase == "value":
+            name = top.keys[-1]
+            cands = tuple(c for s in (_member_schema(c, name) for c in top.cands) for c in self.schema.candidates(s))
+            return self._start(below + (top,), cands, f"{top.pointer}/{_escape_pointer(name)}", byte)
+        return None
+
+    def _array(self, top: Arr, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
+        if byte in _WHITESPACE:
+            return below + (top,)
+        if top.phase in ("open", "after") and byte == ord("]"):
+            return self._close(below)
+        if top.phase == "after":
+            return below + (top._replace(phase="item"),) if byte == ord(",") else None
+        cands = tuple(c for a in top.cands for c in self.schema.candidates(_item_schema(a, top.items)))
+        return self._start(below + (top,), cands, f"{top.pointer}/{top.items}", byte)
+
+    def _start(
+        self, stack: tuple[Frame, ...], cands: tuple[Candidate, ...], pointer: str, byte: int
+    ) -> tuple[Frame, ...] | None:
+        """``stack`` with a value begun by ``byte``, read as the candidates its first byte allows."""
+        kinds = first_byte_kinds(byte)
+        fitting = tuple(c for c in cands if c.kind in kinds)
+        if not fitting:
+            return None
+        kind = kinds[0]
+        if kind == "string":
+            return stack + (Str(pointer, fitting),)
+        if kind == "object":
+            return stack + (Obj(pointer, fitting),)
+        if kind == "array":
+            return stack + (Arr(pointer, fitting),)
+        if kind == "number":
+            return stack + (Num(pointer, chr(byte)),)
+        return stack + (Lit(pointer, {"t": "rue", "f": "alse", "n": "ull"}[chr(byte)]),)
+
+    def _close(self, below: tuple[Frame, ...]) -> tuple[Frame, ...] | None:
+        """The stack once the value on top of ``below`` is complete."""
+        parent = below[-1]
+        if isinstance(parent, Obj):
+            return below[:-1] + (parent._replace(phase="after"),)
+        if isinstance(parent, Arr):
+            return below[:-1] + (parent._replace(items=parent.items + 1, phase="after"),)
+        if isinstance(parent, Root):
+            return below[:-1] + (parent._replace(done=True),)
+        return None
+
+    # --- planning ---------------------------------------------------------------------------------
+
+    def plan(self) -> bytes | None:
+        """The shortest bytes that complete the output from here (``None`` when lost or stuck)."""
+        if self.lost:
+            return None
+        parts = []
+        for depth in range(len(self.stack) - 1, -1, -1):
+            part = self._finish(self.stack[depth], top=depth == len(self.stack) - 1)
+            if part is None:
+                return None
+            parts.append(part)
+        return b"".join(parts)
+
+    def _finish(self, frame: Frame, *, top: bool) -> bytes | None:
+        if isinstance(frame, Str):
+            return _finish_string(frame)
+        if isinstance(frame, Num):
+            return b"0" if frame.text[-1] in "-+.eE" else b""
+        if isinstance(frame, Lit):
+            return frame.rest.encode()
+        if isinstance(frame, Obj):
+            frame = frame if top else frame._replace(phase="after")
+            return _cheapest(self._finish_object(frame, c) for c in frame.cands)
+        if isinstance(frame, Arr):
+            if not top and frame.phase != "after":
+                frame = frame._replace(items=frame.items + 1, phase="after")
+            return _cheapest(self._finish_array(frame, c) for c in frame.cands)
+        if frame.done or not top:
+            return b""
+        return self.schema.floor(self.schema.root).encode()
+
+    def _finish_object(self, frame: Obj, cand: Candidate) -> bytes | None:
+        floor = self.schema.floor
+        keys = frame.keys
+        missing = _missing(cand, keys)
+
+        def members(names: list[str], lead: bool) -> bytes:
+            return "".join(
+                ("," if lead or i else "") + _json(n) + ":" + floor(_member_schema(cand, n))
+                for i, n in enumerate(names)
+            ).encode()
+
+        phase = frame.phase
+        if phase in ("open", "after"):
+            return members(missing, phase == "after") + b"}"
+        if phase in ("colon", "value"):
+            value = floor(_member_schema(cand, keys[-1])).encode()
+            return (b":" if phase == "colon" else b"") + value + members(missing, True) + b"}"
+        if phase == "key":
+            if missing:
+                return members(missing, False) + b"}"
+            return _cheapest((_json(n) + ":" + floor(s) + "}").encode() for n, s in _optional(cand, keys))
+        # in_key: finish the key the cheapest way, then its value and the required rest.
+        key = frame.key
+        options = []
+        for name, schema in _named(cand, keys):
+            written = _json(name)[1:-1].encode()
+            if written.startswith(key.raw):
+                rest = [n for n in missing if n != name]
+                tail = written[len(key.raw) :]
+                options.append(tail + b'":' + floor(schema).encode() + members(rest, True) + b"}")
+        extra = cand.schema.get("additionalProperties", True)
+        if extra is not False:
+            closed = key.raw + key.rest
+            name = json.loads(b'"' + closed + b'"')
+            if name not in keys and name not in cand.schema.get("properties", {}):
+                options.append(key.rest + b'":' + floor(extra).encode() + members(missing, True) + b"}")
+        return _cheapest(options)
+
+    def _finish_array(self, frame: Arr, cand: Candidate) -> bytes | None:
+        low = int(cand.schema.get("minItems", 0))
+        if frame.phase == "open":
+            need, lead = low, False
+        elif frame.phase == "item":
+            need, lead = max(1, low - frame.items), False
+        else:
+            need, lead = max(0, low - frame.items), True
+        items = []
+        for i in range(frame.items, frame.items + need):
+            schema = _item_schema(cand, i)
+            if schema is False:
+                return None
+            items.append(self.schema.floor(schema))
+        return (("," if lead and items else "") + ",".join(items) + "]").encode()
+
+
+#: A member the candidate cannot hold.
+_ABSENT = object()
+
+
+def _member_schema(cand: Candidate, name: str) -> object:
+    properties = cand.schema.get("properties", {})
+    if name in properties:
+        return properties[name]
+    extra = cand.schema.get("additionalProperties", True)
+    return _ABSENT if extra is False else extra
+
+
+def _item_schema(cand: Candidate, index: int) -> object:
+    prefix = cand.schema.get("prefixItems", [])
+    return prefix[index] if index < len(prefix) else cand.schema.get("items", True)
+
+
+def _missing(cand: Candidate, keys: tuple[str, ...]) -> list[str]:
+    """Required names not written yet, in the order the grammar writes properties."""
+    order = list(cand.schema.get("properties", {}))
+    missing = [n for n in cand.schema.get("required", []) if n not in keys]
+    return sorted(missing, key=lambda n: order.index(n) if n in order else len(order))
+
+
+def _named(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]]:
+    return [(n, s) for n, s in cand.schema.get("properties", {}).items() if n not in keys]
+
+
+def _optional(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]]:
+    """Members that may come next when none is required: a listed one, else an extra key."""
+    listed = _named(cand, keys)
+    extra = cand.schema.get("additionalProperties", True)
+    return listed + ([("", extra)] if extra is not False and "" not in keys else [])
+
+
+def _finish_string(frame: Str) -> bytes | None:
+    text = frame.text
+    options = []
+    for cand in frame.cands:
+        values = cand.values
+        if values is None:
+            need = max(0, int(cand.schema.get("minLength", 0)) - text.chars - (text.escape != 0))
+            options.append(text.rest + b"a" * need + b'"')
+            continue
+        for value in values:
+            written = _json(value)[1:-1].encode()
+            if written.startswith(text.raw):
+                options.append(written[len(text.raw) :] + b'"')
+    return _cheapest(options)
+
+
+def _cheapest(options: Iterable[bytes | None]) -> bytes | None:
+    found = [o for o in options if o is not None]
+    return min(found, key=len) if found else None
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _escape_pointer(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")

@@ -1,0 +1,108 @@
+"""Budget fitting on the request path: what a ``budget: "fit"`` request asks of the engine, and what
+the budget did to each of its outputs (``tokenmold.grammar.fit`` holds the logic itself).
+
+The engine runs the mask (``service/vllm_plugin.py``); this side builds the request's spec line and,
+once an output is back, replays it through the same grammar and ``Fitter`` for the verdict's
+``fitted`` / ``cut``. Both sides keep their per-shape state (plan costs, cached trials) keyed by the
+normalized schema, so a shape's second request pays for nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from functools import cached_property
+from typing import Any
+
+from tokenmold.grammar import CompiledShape, Vocabulary
+from tokenmold.grammar.backends.base import EngineSpec, FitRequest
+from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceCompiled
+from tokenmold.grammar.fit.fitter import Fitting, TokenTable
+from tokenmold.grammar.fit.replay import FitOutcome, replay
+from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
+from tokenmold.service.errors import RequestError
+from tokenmold.service.repetition import RepetitionGuard
+
+#: Shapes whose fitting state and replay grammar are kept.
+CACHE_SIZE = 64
+
+
+class BudgetFitting:
+    """Per runtime: builds fit requests and replays outputs (thread-safe)."""
+
+    def __init__(self, vocab: Vocabulary, guard: RepetitionGuard | None) -> None:
+        self.vocab = vocab
+        self.guard = guard
+        self._lock = threading.Lock()
+        self._fittings: OrderedDict[str, Fitting] = OrderedDict()
+        self._grammars: OrderedDict[str, LLGuidanceCompiled] = OrderedDict()
+
+    @cached_property
+    def table(self) -> TokenTable:
+        return TokenTable.from_llguidance(self.vocab.llguidance_tokenizer)
+
+    def request(self, compiled: CompiledShape | None, spec: EngineSpec | None, budget: int) -> EngineSpec:
+        """``spec`` with budget fitting asked for, for an engine budget of ``budget`` tokens; a
+        shape fitting cannot serve is a 400 naming the field."""
+        if compiled is None or not compiled.shape.is_json or compiled.normalized_schema is None:
+            raise RequestError(
+                "budget 'fit' needs a JSON output shape (response_format json_schema or json_object); "
+                "for tools, grammar, regex and choice it is not available",
+                param="budget",
+            )
+        if spec is None or spec.llguidance is None:
+            raise RequestError(
+                "budget 'fit' runs with the llguidance grammar engine, and this schema compiled with "
+                f"{compiled.engine_spec.backend}",
+                param="budget",
+            )
+        schema = json.dumps(compiled.normalized_schema, separators=(",", ":"), ensure_ascii=False)
+        guard = self.guard
+        numbers = (guard.min_repeats, guard.max_period, guard.min_tokens) if guard else None
+        return spec.with_fit(FitRequest(budget, schema, numbers))
+
+    def outcome(self, spec: EngineSpec, token_ids: list[int]) -> FitOutcome:
+        """What the budget did to the output ``token_ids`` (its forced prefix included) of a request
+        sent with ``spec`` (as ``request`` returned it)."""
+        parsed = spec.llguidance
+        assert parsed is not None and parsed.fit is not None
+        fitting = self._fitting(parsed.fit.schema)
+        grammar = self._grammar(parsed.grammar)
+        detector = RepetitionGuard(*parsed.fit.guard).detector() if parsed.fit.guard else None
+        key_guard = None
+        if parsed.unique_keys:
+            key_guard = KeyGuard(TokenIndex((t, b) for t, b in enumerate(self.table.by_id)))
+        forced = parsed.forced
+        return replay(
+            fitting,
+            grammar.matcher(),
+            budget=parsed.fit.budget,
+            forced=forced,
+            tokens=token_ids[len(forced) :],
+            detector=detector,
+            guard=key_guard,
+        )
+
+    def _fitting(self, schema: str) -> Fitting:
+        with self._lock:
+            found = self._fittings.get(schema)
+            if found is None:
+                found = self._fittings[schema] = Fitting(json.loads(schema), self.table)
+                _trim(self._fittings)
+            self._fittings.move_to_end(schema)
+            return found
+
+    def _grammar(self, grammar: str) -> LLGuidanceCompiled:
+        with self._lock:
+            found = self._grammars.get(grammar)
+            if found is None:
+                found = self._grammars[grammar] = LLGuidanceBackend(self.vocab).compile_grammar(grammar)
+                _trim(self._grammars)
+            self._grammars.move_to_end(grammar)
+            return found
+
+
+def _trim(cache: OrderedDict[str, Any]) -> None:
+    while len(cache) > CACHE_SIZE:
+        cache.popitem(last=False)

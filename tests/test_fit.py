@@ -1,0 +1,206 @@
+"""Budget fitting without the engine: the tracker's shortest completions, and random walks through
+llguidance's real mask on the real vocabulary, where a fitted walk always ends as schema-valid JSON
+within its budget (the control: the same walks unfitted end truncated). The engine's run is
+tests/test_fit_engine.py."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import pytest
+import torch
+
+from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
+from tokenmold.grammar.backends.base import EngineSpec, FitRequest, LlguidanceSpec
+from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable, allowed_tokens
+from tokenmold.grammar.fit.replay import FitOutcome, replay
+from tokenmold.grammar.fit.schema import FitSchema
+from tokenmold.grammar.fit.tracker import Tracker
+from tokenmold.service.repetition import RepetitionGuard
+
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "age": {"type": "integer"},
+        "tags": {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "email": {"type": "string", "minLength": 5},
+        "kind": {"enum": ["staff", "visitor"]},
+    },
+    "required": ["name", "tags", "kind"],
+}
+NESTED = {
+    "type": "object",
+    "properties": {
+        "items": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}, "note": {"type": "string"}},
+                "required": ["sku", "qty"],
+            },
+        },
+        "total": {"type": "number"},
+        "phone": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+    "required": ["items", "total"],
+}
+OPEN = {
+    "type": "object",
+    "properties": {"id": {"type": "integer"}},
+    "required": ["id"],
+    "additionalProperties": {"type": "string"},
+}
+
+
+def _plan(schema: dict, written: str) -> str | None:
+    plan = Tracker(FitSchema(schema)).feed(written.encode()).plan()
+    return plan.decode() if plan is not None else None
+
+
+@pytest.mark.parametrize(
+    ("written", "plan"),
+    [
+        ("", '{"name":"","tags":[""],"kind":"staff"}'),
+        ('{"na', 'me":"","tags":[""],"kind":"staff"}'),
+        ('{"name":"Ada', '","tags":[""],"kind":"staff"}'),
+        ('{"name":"Ada","age":4', ',"tags":[""],"kind":"staff"}'),
+        ('{"name":"Ada","age":-', '0,"tags":[""],"kind":"staff"}'),
+        ('{"name":"Ada","tags":[', '""],"kind":"staff"}'),
+        ('{"name":"Ada","tags":["x"', '],"kind":"staff"}'),
+        ('{"name":"Ada","tags":["x"],"email":"ab', 'aaa","kind":"staff"}'),
+        ('{"name":"Ada","tags":["x"],"kind":"vi', 'sitor"}'),
+        ('{"name":"Ada","tags":["x"],"kind":"visitor"}', ""),
+        ('{"name":"A\\', 'n","tags":[""],"kind":"staff"}'),
+    ],
+)
+def test_the_plan_is_the_shortest_valid_completion(written: str, plan: str) -> None:
+    assert _plan(PERSON, written) == plan
+    jsonschema.validate(json.loads(written + plan), PERSON)
+
+
+def test_plans_follow_anyof_branches_and_nested_required_members() -> None:
+    assert _plan(NESTED, '{"items":[{"sku":"a"') == ',"qty":0}],"total":0}'
+    assert _plan(NESTED, '{"items":[],"total":1.') == "0}"
+    assert _plan(NESTED, '{"items":[],"total":1,"phone":n') == "ull}"
+    assert _plan(NESTED, '{"items":[],"total":1,"phone":"') == '"}'
+
+
+def test_an_open_utf8_sequence_is_completed_before_the_string_closes() -> None:
+    tracker = Tracker(FitSchema(PERSON)).feed('{"name":"é'.encode()[:-1])
+    assert tracker.plan().startswith(b'\x80"')  # é is C3 A9: the cheapest completion is C3 80
+
+
+def test_an_open_object_key_closes_as_an_extra_key_or_a_listed_one() -> None:
+    assert _plan(OPEN, '{"i') == 'd":0}'
+    assert _plan(OPEN, '{"x') == '":"","id":0}'
+
+
+def test_a_byte_the_schema_cannot_hold_loses_the_tracker() -> None:
+    assert Tracker(FitSchema(PERSON)).feed(b'{"name":1').lost
+    assert _plan({**PERSON, "additionalProperties": False}, '{"zzz":') is None
+
+
+def test_the_spec_line_round_trips() -> None:
+    fit = FitRequest(40, json.dumps(PERSON), (8, 16, 32))
+    spec = LlguidanceSpec("GRAMMAR", forced=(1, 2), unique_keys=True, fit=fit)
+    assert LlguidanceSpec.read(spec.text) == spec
+    plain = EngineSpec("grammar", LlguidanceSpec("G").text, "llguidance")
+    assert plain.with_fit(FitRequest(3, "{}")).llguidance == LlguidanceSpec("G", fit=FitRequest(3, "{}"))
+
+
+@pytest.fixture(scope="module")
+def table(vocab) -> TokenTable:
+    return TokenTable.from_llguidance(vocab.llguidance_tokenizer)
+
+
+def _compiled(vocab, schema: dict):
+    return ShapeCompiler(vocab, isolation="inline").compile(Shape.from_json_schema(schema), CompileOptions())
+
+
+def _walk(compiled, fitting: Fitting | None, budget: int, seed: int, fitter_kwargs: dict | None = None):
+    """Random tokens among those the mask allows (the model is replaced by a uniform choice, the
+    most wasteful writer there is); returns the tokens and the fitter."""
+    rng = random.Random(seed)
+    eos = set(compiled.token_grammar._vocab.stop_token_ids)
+    matcher = compiled.token_grammar.matcher()
+    fitter = Fitter(fitting, budget, **(fitter_kwargs or {})) if fitting is not None else None
+    size = fitting.table.size if fitting else compiled.token_grammar._vocab.vocab_size
+    bitmask = torch.zeros((1, (size + 31) // 32), dtype=torch.int32)
+    words = bitmask[0].numpy()
+    tokens: list[int] = []
+    for _ in range(budget):
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        if fitter is not None:
+            fitter.restrict(words)
+        allowed = allowed_tokens(words, size).tolist()
+        assert allowed, f"nothing allowed after {tokens}"
+        token = rng.choice(allowed)
+        tokens.append(token)
+        if token in eos:
+            break
+        assert matcher.accept_token(token), matcher.error
+        if fitter is not None:
+            fitter.accept(token)
+    return tokens, fitter
+
+
+@pytest.mark.parametrize("schema", [PERSON, NESTED], ids=["person", "nested"])
+def test_fitted_random_walks_end_schema_valid_within_their_budget(vocab, table, schema) -> None:
+    compiled = _compiled(vocab, schema)
+    fitting = Fitting(compiled.normalized_schema, table)
+    floor = compiled.output_floor.tokens
+    eos = set(vocab.stop_token_ids)
+    for budget in (floor + 1, floor + 3, floor + 8, floor + 20):
+        for seed in range(4):
+            tokens, _ = _walk(compiled, fitting, budget, seed)
+            assert tokens[-1] in eos, f"budget {budget} seed {seed}: no end of sequence in {len(tokens)} tokens"
+            text = vocab.hf_tokenizer.decode(tokens[:-1])
+            jsonschema.validate(json.loads(text), schema)
+
+
+def test_unfitted_random_walks_run_out_of_budget(vocab, schema=PERSON) -> None:
+    compiled = _compiled(vocab, schema)
+    floor = compiled.output_floor.tokens
+    ended = [_walk(compiled, None, floor + 3, seed)[0][-1] in vocab.stop_token_ids for seed in range(4)]
+    assert not all(ended)
+
+
+def test_the_replay_finds_the_steps_the_live_fitter_narrowed(vocab, table) -> None:
+    compiled = _compiled(vocab, PERSON)
+    fitting = Fitting(compiled.normalized_schema, table)
+    budget = compiled.output_floor.tokens + 6
+    tokens, live = _walk(compiled, fitting, budget, seed=7)
+    outcome = replay(fitting, compiled.token_grammar.matcher(), budget=budget, forced=(), tokens=tokens)
+    assert outcome.narrowed == tuple(live.narrowed) and outcome.changed
+    value = json.loads(vocab.hf_tokenizer.decode(tokens[:-1]))
+    cut = outcome.cut(value)
+    assert cut and all(p.startswith("/") for p in cut)
+    if "email" not in value:
+        assert "/email" in cut
+
+
+def test_a_loop_inside_a_value_makes_the_output_close(vocab, table) -> None:
+    compiled = _compiled(vocab, PERSON)
+    fitting = Fitting(compiled.normalized_schema, table)
+    fitter = Fitter(fitting, 400, detector=RepetitionGuard().detector())
+    for token in vocab.encode('{"name":"' + "john_" * 40):
+        fitter.accept(token)
+    assert fitter.looping_at == "/name"
+    bitmask = torch.zeros((1, (table.size + 31) // 32), dtype=torch.int32)
+    matcher = compiled.token_grammar.matcher()
+    assert matcher.accept_text('{"name":"' + "john_" * 40)
+    matcher.fill_next_token_bitmask(bitmask, 0)
+    fitter.restrict(bitmask[0].numpy())
+    allowed = allowed_tokens(bitmask[0].numpy(), table.size).tolist()
+    assert allowed and all(b'"' in table.by_id[t] for t in allowed)  # only a closing quote may come
+
+
+def test_the_outcome_lists_what_was_shortened_and_left_out() -> None:
+    from tokenmold.grammar.fit.fitter import Narrowing
+
+    outcome = FitOutcome((Narrowing(5, "/name", ("/tags",), (("", ("age", "email")),)),))
+    assert outcome.cut({"name": "A", "age": 3, "tags": []}) == ["/email", "/name", "/tags"]
+    assert not FitOutcome(()).changed
