@@ -272,6 +272,10 @@ class Validation(BaseModel):
     status: VerdictStatus
     errors: list[VerdictError] = Field(default_factory=list)
     keywords: KeywordReport | None = None
+    cut: list[str] = Field(
+        default_factory=list,
+        description="With status 'fitted' (budget 'fit'): JSON Pointers of what the budget shortened or left out.",
+    )
 
 
 class TopLogprob(BaseModel):

@@ -79,6 +79,32 @@ def test_a_budget_below_the_shortest_output_is_400(client) -> None:
     assert "max_tokens=20" in exc.value.body["message"] and "tokens" in exc.value.body["message"]
 
 
+def test_budget_fit_closes_the_answer_within_max_tokens(client) -> None:
+    class Story(BaseModel):
+        title: str
+        story: str
+
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell a long story about a dragon, as JSON."}],
+        "response_format": Story,
+        "max_tokens": 16,
+        "temperature": 0,
+    }
+    completion = client.chat.completions.parse(**request, extra_body={"budget": "fit"})
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Story)
+    assert completion.usage.completion_tokens <= 16
+    assert validation(choice)["status"] == "fitted" and "/story" in validation(choice)["cut"]
+    with pytest.raises(openai.LengthFinishReasonError):  # the same request without fitting
+        client.chat.completions.parse(**request)
+    with pytest.raises(openai.BadRequestError) as exc:  # no JSON shape to fit
+        client.chat.completions.create(
+            model=MODEL, messages=WEATHER_QUESTION, max_tokens=5, extra_body={"budget": "fit", "regex": "[a-z]+"}
+        )
+    assert exc.value.body["param"] == "budget" and "JSON output shape" in exc.value.body["message"]
+
+
 def test_extensions_regex_choice_grammar_and_completions(client) -> None:
     date = client.chat.completions.create(
         model=MODEL,

@@ -35,6 +35,21 @@ def test_generate_truncated_exits_3(tmp_path: Path) -> None:
     assert verdict["value"] is None and verdict["usage"]["completion_tokens"] == 9
 
 
+@pytest.mark.engine
+def test_generate_with_fit_budget_exits_5_with_what_was_cut(tmp_path: Path) -> None:
+    schema = tmp_path / "s.json"
+    schema.write_text(
+        json.dumps({"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]})
+    )
+    ask = ("--prompt", "Tell a long story as JSON.", "--max-tokens", "9", "--fit-budget")
+    proc = _run("generate", "--schema", str(schema), *ask)
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    verdict = json.loads(proc.stdout)
+    assert verdict["status"] == "fitted" and verdict["finish_reason"] == "stop"
+    assert isinstance(verdict["value"]["story"], str) and verdict["cut"] == ["/story"]
+    assert verdict["usage"]["completion_tokens"] <= 9
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [

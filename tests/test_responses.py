@@ -87,6 +87,20 @@ def test_a_cut_off_output_is_incomplete_and_truncated(client) -> None:
     assert response.output[0].status == "incomplete"
 
 
+def test_budget_fit_completes_within_max_output_tokens(client) -> None:
+    response = client.responses.parse(
+        model=MODEL,
+        input=ANIMAL_QUESTION,
+        text_format=Animal,
+        max_output_tokens=14,
+        temperature=0,
+        extra_body={"budget": "fit"},
+    )
+    assert response.status == "completed" and isinstance(response.output_parsed, Animal)
+    assert response.usage.output_tokens <= 14
+    assert response.model_extra["validation"]["status"] in ("accepted", "fitted")
+
+
 def test_stream_events_rebuild_the_response(client) -> None:
     with client.responses.stream(
         model=MODEL, input=ANIMAL_QUESTION, text_format=Animal, max_output_tokens=40, temperature=0

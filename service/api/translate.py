@@ -210,7 +210,7 @@ def new_id(prefix: str) -> str:
 
 
 def validation(verdict: Verdict) -> Validation:
-    return Validation(status=verdict.status, errors=verdict.errors, keywords=verdict.keywords)
+    return Validation(status=verdict.status, errors=verdict.errors, keywords=verdict.keywords, cut=verdict.cut)
 
 
 def unaccepted(verdicts: Iterable[tuple[int, Verdict]], *, fit: bool) -> list[ChoiceVerdict]:

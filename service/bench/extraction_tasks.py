@@ -1,7 +1,9 @@
 """Extraction tasks for ``tokenmold bench budget``: a document and the schema a client would send.
 
 The schemas are written as pydantic writes them (``model_json_schema()``): objects that do not say
-``additionalProperties``, every field without a default required, titles left out for brevity.
+``additionalProperties``, every field without a default required, titles left out for brevity, and
+the bounds a careful client sets (``max_length``); prices in cents, because the embedded model
+otherwise writes ``1.5555…`` until the repetition guard stops it.
 """
 
 from __future__ import annotations
@@ -52,8 +54,12 @@ TASKS: tuple[ExtractionTask, ...] = (
                 "line_items": {
                     "type": "array",
                     "items": _object(
-                        {"description": _STR, "quantity": {"type": "integer"}, "unit_price": {"type": "number"}},
-                        ["description", "quantity", "unit_price"],
+                        {
+                            "description": _STR,
+                            "quantity": {"type": "integer"},
+                            "unit_cents": {"type": "integer", "minimum": 0, "maximum": 10**7},
+                        },
+                        ["description", "quantity", "unit_cents"],
                     ),
                 },
             },
@@ -78,7 +84,7 @@ TASKS: tuple[ExtractionTask, ...] = (
                 "name": _STR,
                 "price": {"type": "number"},
                 "in_stock": {"type": "boolean"},
-                "categories": _STRS,
+                "categories": {"type": "array", "items": _STR, "maxItems": 5},
                 "rating": {"type": "number", "minimum": 0, "maximum": 5},
             },
             ["name", "price", "in_stock", "categories", "rating"],
@@ -137,7 +143,13 @@ TASKS: tuple[ExtractionTask, ...] = (
         "'Attention Is All You Need' by Ashish Vaswani, Noam Shazeer and Niki Parmar appeared at NeurIPS in "
         "2017. Keywords: transformers, attention, sequence modeling.",
         _object(
-            {"title": _STR, "authors": _STRS, "year": {"type": "integer"}, "venue": _STR, "keywords": _STRS},
+            {
+                "title": _STR,
+                "authors": {"type": "array", "items": {"type": "string", "maxLength": 40}, "maxItems": 6},
+                "year": {"type": "integer"},
+                "venue": _STR,
+                "keywords": {"type": "array", "items": _STR, "maxItems": 8},
+            },
             ["title", "authors", "year", "venue", "keywords"],
         ),
     ),
