@@ -70,6 +70,8 @@ class CompiledShape:
     #: The shortest output the schema allows, in tokens (JSON shapes; ``None`` where unknowable):
     #: a request whose max_tokens cannot hold it is refused before decoding.
     output_floor: OutputFloor | None = None
+    #: A tool shape's calls with their parameters normalized (what the grammar was built from).
+    normalized_calls: ToolCalls | None = field(default=None, compare=False, repr=False)
     #: Compiled against the real vocabulary when the compiler runs in-process (benchmarks, tests).
     token_grammar: CompiledGrammar | None = field(default=None, compare=False, repr=False)
 
@@ -224,6 +226,7 @@ class ShapeCompiler:
             memory_bytes=memory + len(spec.text),
             output_floor=floor,
             token_grammar=token_grammar,
+            normalized_calls=payload if isinstance(payload, ToolCalls) else None,
         )
 
     def _backends_for(self, shape: Shape, options: CompileOptions) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from tokenmold.grammar.backends.base import EngineSpec, FitRequest
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceCompiled
 from tokenmold.grammar.fit.fitter import Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
+from tokenmold.grammar.fit.schema import CallLayout
 from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
 from tokenmold.service.errors import RequestError
 from tokenmold.service.repetition import RepetitionGuard
@@ -45,19 +46,14 @@ class BudgetFitting:
     def request(self, compiled: CompiledShape | None, spec: EngineSpec | None, budget: int) -> EngineSpec:
         """``spec`` with budget fitting asked for, for an engine budget of ``budget`` tokens; a
         shape fitting cannot serve is a 400 naming the field."""
-        if compiled is None or not compiled.shape.is_json or compiled.normalized_schema is None:
-            raise RequestError(
-                "budget 'fit' needs a JSON output shape (response_format json_schema or json_object); "
-                "for tools, grammar, regex and choice it is not available",
-                param="budget",
-            )
+        target = _fit_target(compiled)
         if spec is None or spec.llguidance is None:
+            backend = spec.backend if spec is not None else "no grammar engine"
             raise RequestError(
-                "budget 'fit' runs with the llguidance grammar engine, and this schema compiled with "
-                f"{compiled.engine_spec.backend}",
+                f"budget 'fit' runs with the llguidance grammar engine, and this shape compiled with {backend}",
                 param="budget",
             )
-        schema = json.dumps(compiled.normalized_schema, separators=(",", ":"), ensure_ascii=False)
+        schema = json.dumps(target, separators=(",", ":"), ensure_ascii=False)
         guard = self.guard
         numbers = (guard.min_repeats, guard.max_period, guard.min_tokens) if guard else None
         return spec.with_fit(FitRequest(budget, schema, numbers))
@@ -101,6 +97,39 @@ class BudgetFitting:
                 _trim(self._grammars)
             self._grammars.move_to_end(grammar)
             return found
+
+
+def _fit_target(compiled: CompiledShape | None) -> Any:
+    """What the fitting tracker follows: the normalized schema, or tool calls' layout and their
+    normalized parameters; a 400 naming ``budget`` where there is nothing it can follow."""
+    calls = compiled.normalized_calls if compiled is not None else None
+    if calls is not None:
+        if not calls.required or calls.answer is not None or calls.tool_format.control_tokens:
+            raise RequestError(
+                "budget 'fit' with tools needs tool_choice 'required' or a named function, no response_format, "
+                f"and a tool-call format written in text ({calls.tool_format.name} uses control tokens)"
+                if calls.tool_format.control_tokens
+                else "budget 'fit' with tools needs tool_choice 'required' or a named function (with 'auto' the "
+                "answer may be free text, which has no shortest form) and no response_format",
+                param="budget",
+            )
+        syntax = calls.tool_format.syntax
+        layout = CallLayout(
+            begins=tuple(syntax.begin(tool.name).encode() for tool in calls.tools),
+            end=syntax.call_end.encode(),
+            separator=syntax.separator.encode(),
+            section_begin=syntax.section_begin.encode(),
+            section_end=syntax.section_end.encode(),
+            parallel=calls.parallel,
+        )
+        return layout.to_json([tool.parameters for tool in calls.tools])
+    if compiled is None or not compiled.shape.is_json or compiled.normalized_schema is None:
+        raise RequestError(
+            "budget 'fit' needs a JSON output shape (response_format json_schema or json_object) or tool calls; "
+            "for grammar, regex and choice it is not available",
+            param="budget",
+        )
+    return compiled.normalized_schema
 
 
 def _trim(cache: OrderedDict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
+from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import SamplingOptions
@@ -388,20 +389,24 @@ class Runtime:
         stream = stream or (self._loop_watch(compiled) is not None and sampling.budget != "fit")
         prompt_ids = self.prompt_ids(prompt)
         room = self.engine.room(prompt_ids)
+        fit = sampling.budget == "fit"
         if self.config.budget_floor:
-            _check_budget(compiled, sampling, room)
+            # Fitting ends on an end-of-sequence token within the budget: it needs one more.
+            _check_budget(compiled, sampling, room, eos=fit)
         forced = None
         if self.jump_forward:
             forced = forced_prefix(
                 compiled, sampling, room=room, decode=self.model.tokenizer.decode, reasoning=self.reasoning is not None
             )
+        if forced is not None and fit and not self._fits_after_jump(compiled, forced, sampling, room):
+            forced = None
         spec = compiled.engine_spec if compiled else None
         if forced is not None:
             assert spec is not None
             spec, sampling = spec.jumped(), forced.engine_sampling(sampling)
         room -= len(forced.token_ids) if forced else 0
         fit_spec = None
-        if sampling.budget == "fit":
+        if fit:
             fit_spec = spec = self.fitting.request(compiled, spec, min(sampling.max_tokens or room, room))
         params = to_sampling_params(
             sampling,
@@ -416,6 +421,17 @@ class Runtime:
             ),
         )
         return _Prepared(compiled, prompt_ids, forced, params, fit_spec)
+
+    def _fits_after_jump(
+        self, compiled: CompiledShape | None, forced: ForcedPrefix, sampling: SamplingOptions, room: int
+    ) -> bool:
+        """Whether the shortest output still fits a fitted budget when the forced prefix is taken as
+        the grammar spells it, which may be more tokens than its cheapest spelling (the floor's)."""
+        floor = compiled.output_floor if compiled is not None else None
+        if floor is None:
+            return True
+        extra = len(forced.token_ids) - fewest_tokens(forced.text.encode(), self.compiler.vocab)
+        return floor.tokens + 1 + extra <= min(sampling.max_tokens or room, room)
 
     def _with_prefix(
         self, forced: ForcedPrefix | None, token_ids: list[int], text: str, logprobs: Any
@@ -437,11 +453,12 @@ class Runtime:
             engine.shutdown()
 
 
-def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, room: int) -> None:
-    """Refuse a budget that cannot hold the shape's shortest output (it could only be truncated)."""
+def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, room: int, *, eos: bool) -> None:
+    """Refuse a budget that cannot hold the shape's shortest output (it could only be truncated),
+    with its end-of-sequence token when ``eos`` (budget fitting)."""
     floor = compiled.output_floor if compiled is not None else None
     budget = min(sampling.max_tokens or room, room)
-    if floor is None or floor.tokens <= budget:
+    if floor is None or floor.tokens + eos <= budget:
         return
     what = (
         f"max_tokens={budget}"
@@ -449,8 +466,9 @@ def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, roo
         else f"the {room} tokens the context leaves"
     )
     example = floor.text if len(floor.text) <= 60 else floor.text[:57] + "..."
+    needs = f"{floor.tokens} tokens and one for the end of sequence" if eos else f"{floor.tokens} tokens"
     raise BudgetTooSmall(
-        f"{what} cannot hold the shortest output this schema allows: {floor.tokens} tokens "
+        f"{what} cannot hold the shortest output this schema allows: {needs} "
         f"({len(floor.text)} characters, e.g. {example})",
         param="max_tokens",
     )

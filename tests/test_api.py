@@ -155,6 +155,36 @@ def _check_calls(choice, names: set[str]) -> None:
     assert validation(choice)["status"] == "accepted"
 
 
+def test_budget_fit_closes_a_tool_call_within_max_tokens(client) -> None:
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Look up the weather in a city with a very long name."}],
+        "tools": [
+            {
+                **TOOLS[0],
+                "function": {
+                    **TOOLS[0]["function"],
+                    "parameters": {**WEATHER_PARAMS, "properties": {"city": {"type": "string"}}},
+                },
+            }
+        ],
+        "tool_choice": "required",
+        "parallel_tool_calls": False,
+        "max_tokens": 34,  # the shortest call is 28 tokens, end of sequence included
+        "temperature": 1.0,
+        "seed": 5,
+    }
+    completion = client.chat.completions.create(**request, extra_body={"budget": "fit"})
+    choice = completion.choices[0]
+    assert choice.finish_reason == "tool_calls" and completion.usage.completion_tokens <= 34
+    (call,) = choice.message.tool_calls
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
+    assert validation(choice)["status"] in ("accepted", "fitted")
+    with pytest.raises(openai.BadRequestError) as exc:  # auto: the answer may be free text
+        client.chat.completions.create(**{**request, "tool_choice": "auto"}, extra_body={"budget": "fit"})
+    assert exc.value.body["param"] == "budget"
+
+
 def test_required_tool_call(client) -> None:
     completion = client.chat.completions.create(
         model=MODEL,

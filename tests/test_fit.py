@@ -198,6 +198,30 @@ def test_a_loop_inside_a_value_makes_the_output_close(vocab, table) -> None:
     assert allowed and all(b'"' in table.by_id[t] for t in allowed)  # only a closing quote may come
 
 
+def test_fitted_random_walks_of_tool_calls_end_as_valid_calls(vocab, table) -> None:
+    from tokenmold.grammar.tools import Tool
+    from tokenmold.service.fit import _fit_target
+    from tokenmold.service.validation import check_tool_calls
+
+    tools = [
+        Tool("get_weather", PERSON),
+        Tool("search", {"type": "object", "properties": {"q": {"type": "string", "minLength": 3}}, "required": ["q"]}),
+    ]
+    for parallel in (False, True):
+        compiled = ShapeCompiler(vocab, isolation="inline").compile(
+            Shape.from_tools(tools, required=True, parallel=parallel)
+        )
+        fitting = Fitting(_fit_target(compiled), table)
+        for budget in (40, 60):
+            for seed in range(4):
+                tokens, fitter = _walk(compiled, fitting, budget, seed)
+                assert tokens[-1] in vocab.stop_token_ids, (parallel, budget, seed)
+                calls, errors = check_tool_calls(vocab.hf_tokenizer.decode(tokens[:-1]), compiled.normalized_calls)
+                assert calls and not errors, errors
+                pointers = [n.innermost for n in fitter.narrowed if n.innermost is not None]
+                assert all(p.split("/")[2] == "arguments" for p in pointers), pointers
+
+
 def test_the_outcome_lists_what_was_shortened_and_left_out() -> None:
     from tokenmold.grammar.fit.fitter import Narrowing
 

@@ -33,8 +33,8 @@ from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to
 #: the grammar); in practice a JSON position outside strings allows a few hundred at most.
 MAX_TRIALS = 4096
-#: Trials kept per shape (position x token -> cost).
-MAX_CACHED_TRIALS = 200_000
+#: Positions whose trials are kept per shape.
+MAX_CACHED_POSITIONS = 20_000
 #: The cost of a token after which the tracker has no plan: never fits.
 UNPLANNED = 1 << 30
 #: Content tokens are grouped by length up to this many characters (longer ones share a group).
@@ -91,13 +91,34 @@ class Fitting:
         self.schema = FitSchema(schema)
         self.table = table
         self._costs: dict[bytes, int] = {}
-        self.trials: dict[tuple[Any, int], int] = {}
+        #: Per position (``_position``), the cost after each token tried there.
+        self.trials: dict[Any, Trials] = {}
+
+    def position(self, key: Any) -> Trials:
+        """The trials of one position, created empty (all of them dropped past a bound)."""
+        found = self.trials.get(key)
+        if found is None:
+            if len(self.trials) >= MAX_CACHED_POSITIONS:
+                self.trials.clear()
+            found = self.trials[key] = Trials()
+        return found
 
     def cost(self, plan: bytes) -> int:
         found = self._costs.get(plan)
         if found is None:
             found = self._costs[plan] = fewest_tokens(plan, self.table)
         return found
+
+
+@dataclass
+class Trials:
+    """The costs after the tokens tried at one position, the tokens with a plan among them, and the
+    highest of their costs: a step whose allowed tokens all have a plan here, none above the limit,
+    needs no trial at all."""
+
+    costs: dict[int, int] = field(default_factory=dict)
+    planned: set[int] = field(default_factory=set)
+    highest: int = 0
 
 
 @dataclass(frozen=True)
@@ -164,9 +185,6 @@ class Fitter:
         """Clear, in one bitmask row the grammar filled (int32 words, 32 tokens a word), the bits of
         the tokens that would not fit; whether any was cleared (the step is then in ``narrowed``)."""
         tracker, table = self.tracker, self.fitting.table
-        if tracker.done:
-            # Complete: with one token left only the end of sequence may come.
-            return self.left <= 1 and _clear(words, table.ordinary)
         plan = tracker.plan()
         if plan is None:
             return False
@@ -188,9 +206,11 @@ class Fitter:
                 removed = _clear_ids(words, self._key_content(tracker, tried[content], limit))
                 tried = tried[~content]
         if len(tried) <= MAX_TRIALS:
-            key = _position(tracker)
-            bad = [t for t in tried.tolist() if self._trial(key, t) > limit]
-            removed = _clear_ids(words, _ids(bad)) or removed
+            trials = self.fitting.position(_position(tracker))
+            tokens = tried.tolist()
+            if trials.highest > limit or not trials.planned.issuperset(tokens):
+                bad = [t for t in tokens if self._trial(trials, t) > limit]
+                removed = _clear_ids(words, _ids(bad)) or removed
         if removed and not words.any():
             # Nothing fits (a plan the grammar does not allow): the grammar's row stands, and the
             # output may end truncated rather than stuck.
@@ -224,32 +244,31 @@ class Fitter:
         assert isinstance(top, Obj)
         names = [n.encode() for c in top.cands for n in c.schema.get("properties", {}) if n not in top.keys]
         raw, by_id = top.key.raw, self.fitting.table.by_id
-        key = _position(tracker)
+        trials = self.fitting.position(_position(tracker))
         bad, other_cost = [], None
         for token in tokens.tolist():
             written = raw + by_id[token]
             if any(n.startswith(written) or written.startswith(n) for n in names):
-                cost = self._trial(key, token)
+                cost = self._trial(trials, token)
             else:
                 if other_cost is None and self.tracker.feed(by_id[token]).plan() is not None:
-                    other_cost = self._trial(key, token)
-                cost = other_cost if other_cost is not None else self._trial(key, token)
+                    other_cost = self._trial(trials, token)
+                cost = other_cost if other_cost is not None else self._trial(trials, token)
             if cost > limit:
                 bad.append(token)
         return _ids(bad)
 
-    def _trial(self, key: Any, token: int) -> int:
-        """The cost after ``token`` from the position ``key`` (cached per shape); a token after
-        which the tracker has no plan is priced out (``restrict`` keeps the grammar's row whole if
-        that would leave nothing)."""
-        trials = self.fitting.trials
-        found = trials.get((key, token))
+    def _trial(self, trials: Trials, token: int) -> int:
+        """The cost after ``token`` from this position (cached in ``trials``); a token after which
+        the tracker has no plan is priced out (``restrict`` keeps the grammar's row whole if that
+        would leave nothing)."""
+        found = trials.costs.get(token)
         if found is None:
             plan = self.tracker.feed(self.fitting.table.by_id[token]).plan()
-            found = self.fitting.cost(plan) if plan is not None else UNPLANNED
-            if len(trials) >= MAX_CACHED_TRIALS:
-                trials.clear()
-            trials[(key, token)] = found
+            found = trials.costs[token] = self.fitting.cost(plan) if plan is not None else UNPLANNED
+            if plan is not None:
+                trials.planned.add(token)
+                trials.highest = max(trials.highest, found)
         return found
 
     def _record(self) -> None:

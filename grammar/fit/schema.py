@@ -47,13 +47,46 @@ class Candidate:
         return None
 
 
+#: The key of a fit spec's schema that holds tool calls instead of one JSON value (``CallLayout``).
+CALLS_KEY = "x-tokenmold-calls"
+
+
+@dataclass(frozen=True)
+class CallLayout:
+    """Tool calls written around JSON arguments (``tokenmold.grammar.toolformats``' ``CallSyntax``):
+    ``begins[i]`` opens a call of tool ``i`` (its arguments' schema is ``/tools/i`` of the root),
+    ``end`` closes a call, ``separator`` comes between parallel calls, and the section's begin and
+    end wrap all the calls of an answer (the first begin includes ``section_begin``)."""
+
+    begins: tuple[bytes, ...]
+    end: bytes
+    separator: bytes
+    section_begin: bytes
+    section_end: bytes
+    parallel: bool
+
+    def to_json(self, arguments: list[Any]) -> dict[str, Any]:
+        """The spec's form: the arguments' schemas (their ``$ref``s made absolute) and the texts."""
+        texts = {k: getattr(self, k).decode() for k in ("end", "separator", "section_begin", "section_end")}
+        layout = {"begins": [b.decode() for b in self.begins], "parallel": self.parallel, **texts}
+        return {CALLS_KEY: layout, "tools": [_rebase(a, f"#/tools/{i}") for i, a in enumerate(arguments)]}
+
+    @classmethod
+    def from_json(cls, root: dict[str, Any]) -> CallLayout:
+        layout = root[CALLS_KEY]
+        texts = {k: layout[k].encode() for k in ("end", "separator", "section_begin", "section_end")}
+        return cls(tuple(b.encode() for b in layout["begins"]), parallel=layout["parallel"], **texts)
+
+
 class FitSchema:
-    """A normalized schema, resolved and priced lazily (see the module docstring)."""
+    """A normalized schema, resolved and priced lazily (see the module docstring). A root holding
+    ``CALLS_KEY`` is tool calls: ``calls`` is their layout."""
 
     def __init__(self, root: dict[str, Any] | bool) -> None:
         self.root: dict[str, Any] = root if isinstance(root, dict) else {}
         if root is False:
             raise Untracked("the schema admits nothing")
+        self.calls = CallLayout.from_json(self.root) if CALLS_KEY in self.root else None
         self._candidates: dict[int, tuple[Candidate, ...]] = {}
         self._floors: dict[int, str] = {}
         self._keep: list[Any] = []  # keeps memoized nodes alive, so their ids stay theirs
@@ -112,6 +145,19 @@ class FitSchema:
                 raise Untracked(f"unresolved $ref {ref}")
             node = node[part]
         return node
+
+
+def _rebase(schema: Any, base: str) -> Any:
+    """``schema`` with its local ``$ref``s pointing under ``base`` (its place in a larger root)."""
+    if isinstance(schema, list):
+        return [_rebase(s, base) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _rebase(v, base) for k, v in schema.items()}
+    ref = schema.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        out["$ref"] = base + ref[1:]
+    return out
 
 
 def _kind_of(value: Any) -> str:

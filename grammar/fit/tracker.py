@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from functools import lru_cache
 from typing import NamedTuple
 
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
@@ -110,12 +111,30 @@ class Arr(NamedTuple):
 
 
 class Root(NamedTuple):
+    """A whole JSON value: the output's, or the arguments of a call of tool ``tool`` (at ``pointer``)."""
+
     cands: tuple[Candidate, ...]
     done: bool = False
+    tool: int = -1
+    pointer: str = ""
+
+
+#: What follows a ``Lead`` option: tool ``i``'s arguments (``i >= 0``), the text after a call, or
+#: the end of the output.
+CALL_END, OUTPUT_END = -1, -2
+
+
+class Lead(NamedTuple):
+    """Literal text around tool calls: the options still open (their text and what follows them),
+    the bytes written of it, and the calls completed before it."""
+
+    options: tuple[tuple[bytes, int], ...]
+    written: bytes = b""
+    calls: int = 0
 
 
 Value = Str | Num | Lit | Obj | Arr
-Frame = Value | Root
+Frame = Value | Root | Lead
 
 
 class Tracker:
@@ -125,7 +144,13 @@ class Tracker:
 
     def __init__(self, schema: FitSchema, stack: tuple[Frame, ...] | None = None, lost: bool = False) -> None:
         self.schema = schema
-        self.stack: tuple[Frame, ...] = stack if stack is not None else (Root(schema.candidates(schema.root)),)
+        if stack is None:
+            calls = schema.calls
+            if calls is None:
+                stack = (Root(schema.candidates(schema.root)),)
+            else:
+                stack = (Lead(tuple((calls.section_begin + b, i) for i, b in enumerate(calls.begins))),)
+        self.stack: tuple[Frame, ...] = stack
         self.lost = lost
 
     @property
@@ -134,7 +159,10 @@ class Tracker:
 
     @property
     def done(self) -> bool:
+        """Whether the output may end here."""
         top = self.stack[-1]
+        if isinstance(top, Lead):
+            return any(code == OUTPUT_END and text == top.written for text, code in top.options)
         return isinstance(top, Root) and top.done
 
     def feed(self, data: bytes) -> Tracker:
@@ -154,7 +182,7 @@ class Tracker:
 
     def open_values(self) -> list[Value]:
         """The values being written, outermost first."""
-        return [frame for frame in self.stack if not isinstance(frame, Root)]
+        return [frame for frame in self.stack if not isinstance(frame, (Root, Lead))]
 
     # --- scanning ---------------------------------------------------------------------------------
 
@@ -178,9 +206,34 @@ class Tracker:
             return self._object(top, below, byte)
         if isinstance(top, Arr):
             return self._array(top, below, byte)
+        if isinstance(top, Lead):
+            return self._lead(top, below, byte)
         if byte in _WHITESPACE:
             return stack
-        return None if top.done else self._start(stack, top.cands, "", byte)
+        return None if top.done else self._start(stack, top.cands, top.pointer, byte)
+
+    def _lead(self, top: Lead, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
+        """Literal text around calls; once one option is written whole (and no longer one shares
+        it), what follows it begins."""
+        calls = self.schema.calls
+        assert calls is not None
+        written = top.written + bytes([byte])
+        options = tuple(o for o in top.options if o[0].startswith(written))
+        complete = [code for text, code in options if text == written]
+        if not options:
+            return None
+        if not complete or len(complete) < len(options):
+            return below + (top._replace(options=options, written=written),)
+        code = complete[0]
+        if code == OUTPUT_END:
+            return below + (Root((), True),)
+        if code == CALL_END:
+            after = tuple((calls.separator + b, i) for i, b in enumerate(calls.begins)) if calls.parallel else ()
+            return below + (Lead(after + ((calls.section_end, OUTPUT_END),), b"", top.calls + 1),)
+        arguments = self.schema.root["tools"][code]
+        tail = Lead(((calls.end, CALL_END),), b"", top.calls)
+        root = Root(self.schema.candidates(arguments), False, code, f"/{top.calls}/arguments")
+        return below + (tail, root)
 
     def _object(self, top: Obj, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
         phase = top.phase
@@ -246,7 +299,8 @@ class Tracker:
         if isinstance(parent, Arr):
             return below[:-1] + (parent._replace(items=parent.items + 1, phase="after"),)
         if isinstance(parent, Root):
-            return below[:-1] + (parent._replace(done=True),)
+            # A call's arguments: the text after them comes next.
+            return below[:-1] if len(below) > 1 else below[:-1] + (parent._replace(done=True),)
         return None
 
     # --- planning ---------------------------------------------------------------------------------
@@ -277,9 +331,22 @@ class Tracker:
             if not top and frame.phase != "after":
                 frame = frame._replace(items=frame.items + 1, phase="after")
             return _cheapest(self._finish_array(frame, c) for c in frame.cands)
+        if isinstance(frame, Lead):
+            return _cheapest(text[len(frame.written) :] + self._after(code) for text, code in frame.options)
         if frame.done or not top:
             return b""
-        return self.schema.floor(self.schema.root).encode()
+        schema = self.schema.root["tools"][frame.tool] if frame.tool >= 0 else self.schema.root
+        return self.schema.floor(schema).encode()
+
+    def _after(self, code: int) -> bytes:
+        """The shortest text after a ``Lead`` option: the arguments and the end of a call, then the
+        section's end (the shortest way out after any call)."""
+        calls = self.schema.calls
+        if code == OUTPUT_END or calls is None:
+            return b""
+        if code == CALL_END:
+            return calls.section_end
+        return self.schema.floor(self.schema.root["tools"][code]).encode() + calls.end + calls.section_end
 
     def _finish_object(self, frame: Obj, cand: Candidate) -> bytes | None:
         floor = self.schema.floor
@@ -392,7 +459,9 @@ def _cheapest(options: Iterable[bytes | None]) -> bytes | None:
     return min(found, key=len) if found else None
 
 
-def _json(value: object) -> str:
+@lru_cache(maxsize=4096)
+def _json(value: str) -> str:
+    """A property name or enum string as JSON writes it (plans repeat the same few names)."""
     return json.dumps(value, ensure_ascii=False)
 
 
