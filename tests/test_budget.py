@@ -58,3 +58,24 @@ def test_fewest_tokens_finds_the_cheapest_spelling(vocab) -> None:
     # Every spelling the count uses exists: a string of one token's bytes costs exactly one.
     one = next(spelled for spelled in vocab.spelled_tokens if len(spelled) > 4)
     assert fewest_tokens(one, vocab) == 1
+
+
+def test_shared_subschemas_are_built_once_and_cycles_stay_knowable_from_outside(vocab) -> None:
+    # 20 levels, each reaching the next twice: built afresh on every path this is 2**20 visits.
+    defs = {f"n{i}": {"anyOf": [{"$ref": f"#/$defs/n{i + 1}"}, {"$ref": f"#/$defs/n{i + 1}"}]} for i in range(20)}
+    defs["n20"] = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    floor = output_floor({"$defs": defs, "$ref": "#/$defs/n0"}, vocab)
+    assert floor is not None and json.loads(floor.text) == {"x": 0}
+    # "a" refers back to itself through "b"; "b" on its own still has its shortest instance.
+    cyclic = {
+        "$defs": {
+            "a": {"type": "object", "properties": {"b": {"$ref": "#/$defs/b"}}, "required": ["b"]},
+            "b": {"anyOf": [{"$ref": "#/$defs/a"}, {"type": "string", "minLength": 2}]},
+        },
+        "type": "array",
+        "items": {"$ref": "#/$defs/a"},
+        "prefixItems": [{"$ref": "#/$defs/b"}],
+        "minItems": 2,
+    }
+    floor = output_floor(cyclic, vocab)
+    assert floor is not None and json.loads(floor.text) == ["aa", {"b": "aa"}]
