@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from tokenmold.grammar.vocabulary import Vocabulary
 
 #: Depth at which a ``$ref`` chain is taken as a cycle (its part counts as nothing).
 _MAX_DEPTH = 48
@@ -39,6 +38,19 @@ class Spellings(Protocol):
     @property
     def longest_spelling(self) -> int: ...
 
+    @property
+    def spelling_ends(self) -> dict[bytes, tuple[int, ...]]: ...
+
+
+def spelling_ends(spellings: Iterable[bytes]) -> dict[bytes, tuple[int, ...]]:
+    """For each pair of last bytes, the lengths of the spellings of two bytes or more that end with
+    it: the cheapest-tokenization search tries only those (a handful) instead of every length."""
+    ends: dict[bytes, set[int]] = {}
+    for spelling in spellings:
+        if len(spelling) >= 2:
+            ends.setdefault(spelling[-2:], set()).add(len(spelling))
+    return {end: tuple(sorted(lengths)) for end, lengths in ends.items()}
+
 
 class _Unknown(Exception):
     """The shortest instance of this part cannot be built here (it then counts as nothing)."""
@@ -54,7 +66,7 @@ class OutputFloor:
     tokens: int
 
 
-def output_floor(schema: dict[str, Any] | bool, vocab: Vocabulary) -> OutputFloor | None:
+def output_floor(schema: dict[str, Any] | bool, vocab: Spellings) -> OutputFloor | None:
     """The floor of a normalized schema, or ``None`` where no instance could be built at all."""
     try:
         instance = _Shortest(schema).instance(schema, 0)
@@ -78,15 +90,14 @@ def shortest_text(root: dict[str, Any] | bool, schema: Any) -> str | None:
 def fewest_tokens(data: bytes, vocab: Spellings) -> int:
     """The fewest tokens whose spellings concatenate to ``data`` (dynamic programming over byte
     offsets); a byte no token spells costs one token on its own (a lower bound, never more)."""
-    spellings = vocab.spelled_tokens
-    longest = vocab.longest_spelling
+    spellings, ends = vocab.spelled_tokens, vocab.spelling_ends
     if len(data) > _MAX_EXACT_BYTES:
-        return math.ceil(len(data) / longest)
+        return math.ceil(len(data) / vocab.longest_spelling)
     best = [0] + [len(data) + 1] * len(data)
     for end in range(1, len(data) + 1):
         cost = best[end - 1] + 1
-        for length in range(2, min(longest, end) + 1):
-            if data[end - length : end] in spellings and best[end - length] + 1 < cost:
+        for length in ends.get(data[end - 2 : end], ()) if end >= 2 else ():
+            if length <= end and best[end - length] + 1 < cost and data[end - length : end] in spellings:
                 cost = best[end - length] + 1
         best[end] = cost
     return best[len(data)]

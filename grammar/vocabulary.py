@@ -12,6 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from tokenmold.grammar.budget import spelling_ends
+
 
 class Vocabulary:
     """A Hugging Face tokenizer plus the facts the masks depend on.
@@ -99,6 +101,11 @@ class Vocabulary:
         tokenizer = self.hf_tokenizer
         eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else self.stop_token_ids[0]
         return outlines_core.Vocabulary(eos, self.spelled_tokens)
+
+    @cached_property
+    def spelling_ends(self) -> dict[bytes, tuple[int, ...]]:
+        """Spelling lengths by their last two bytes (``tokenmold.grammar.budget.fewest_tokens``)."""
+        return spelling_ends(self.spelled_tokens)
 
     @cached_property
     def longest_spelling(self) -> int:

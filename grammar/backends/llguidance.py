@@ -149,7 +149,9 @@ class LLGuidanceBackend(Backend):
     name = "llguidance"
 
     def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> LLGuidanceCompiled:
-        """Compile through Lark's ``%json``, with the layout options in the schema's ``x-guidance``.
+        """Compile llguidance's JSON grammar directly (``grammar_from_json_schema``; through Lark's
+        ``%json`` the same schema costs ~0.5 ms more to parse, measured on MaskBench), with the
+        layout options in the schema's ``x-guidance``.
 
         Two options cannot be honoured as xgrammar honours them. llguidance has no switch for
         strict properties, so ``strict_properties=True`` is refused: the schema must spell it out
@@ -165,7 +167,9 @@ class LLGuidanceBackend(Backend):
         if schema is not False:
             layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
             schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
-        return self.compile_lark("start: %json " + json.dumps(schema), _schema_error)
+        return self.compile_grammar(
+            llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error
+        )
 
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> LLGuidanceCompiled:
         """Tool calls (``llguidance_tools``); compact JSON whatever ``options.max_whitespace`` says,

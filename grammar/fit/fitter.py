@@ -26,7 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from tokenmold.grammar.budget import fewest_tokens
+from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker
 
@@ -77,6 +77,7 @@ class TokenTable:
             if data:
                 self.spelled_tokens.setdefault(data, []).append(token)
         self.longest_spelling = max(map(len, self.spelled_tokens), default=1)
+        self.spelling_ends = spelling_ends(self.spelled_tokens)
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> TokenTable:
