@@ -16,6 +16,7 @@ import torch
 
 from tokenmold.grammar import Vocabulary
 from tokenmold.grammar.backends.base import CompiledGrammar
+from tokenmold.grammar.fit.fitter import allowed_tokens as row_tokens
 
 
 def new_bitmask(vocab: Vocabulary) -> torch.Tensor:
@@ -28,10 +29,8 @@ def is_allowed(bitmask: torch.Tensor, token: int) -> bool:
 
 
 def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> np.ndarray:
-    """The ids of every allowed token, ascending."""
-    bits = np.unpackbits(bitmask[0].numpy().view(np.uint8), bitorder="little")
-    allowed: np.ndarray = np.flatnonzero(bits[:vocab_size])
-    return allowed
+    """The ids of every allowed token in the bitmask's first row, ascending."""
+    return row_tokens(bitmask[0].numpy(), vocab_size)
 
 
 #: Characters whose tokens tend to finish a JSON value.
