@@ -7,6 +7,7 @@ grammar compiler directly.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,9 @@ if TYPE_CHECKING:
 
     from tokenmold.grammar.backends.base import EngineSpec
     from tokenmold.grammar.fit.replay import FitOutcome
+
+
+logger = logging.getLogger("tokenmold")
 
 
 @dataclass(frozen=True)
@@ -313,7 +317,11 @@ class Runtime:
         """What budget fitting did to one output (replayed off the event loop), if it was asked for."""
         if prepared.fit_spec is None:
             return None
-        return await asyncio.to_thread(self.fitting.outcome, prepared.fit_spec, token_ids)
+        try:
+            return await asyncio.to_thread(self.fitting.outcome, prepared.fit_spec, token_ids)
+        except Exception:  # the verdict stands without what the budget did, rather than a 500
+            logger.exception("budget fitting: the replay of an output failed")
+            return None
 
     async def stream(
         self,

@@ -164,7 +164,10 @@ def _install_llguidance_grammars() -> None:
             if parsed.unique_keys:
                 _guard_keys(self, grammar, parsed.forced)
             if parsed.fit is not None:
-                _fit_budget(self, grammar, parsed)
+                try:
+                    _fit_budget(self, grammar, parsed)
+                except Exception as exc:  # an error here would fail the engine's step: logged instead
+                    _fitting_failed([], exc)
             return grammar
         return original_compile(self, request_type, grammar_spec, stop_token_ids)
 
@@ -457,17 +460,37 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     fitter = Fitter(fitting, fit.budget, detector=detector)
     fitter.feed_prefix(spec.forced)
     accept, fill = grammar.accept_tokens, grammar.fill_bitmask
+    # An error in the fitting runs in the engine's step, where it would fail every request on the
+    # engine: it is logged, and this request goes on under its grammar alone.
+    failed: list[BaseException] = []
 
     def accept_tokens(request_id: str, tokens: list[int]) -> bool:
         accepted = accept(request_id, tokens)
-        if accepted:
-            for token in tokens:
-                fitter.accept(token)
+        if accepted and not failed:
+            try:
+                for token in tokens:
+                    fitter.accept(token)
+            except Exception as exc:
+                _fitting_failed(failed, exc)
         return bool(accepted)
 
     def fill_bitmask(bitmask: Any, idx: int) -> None:
         fill(bitmask, idx)
-        fitter.restrict(bitmask[idx].numpy())
+        if not failed:
+            row = bitmask[idx].numpy()
+            grammar_row = row.copy()
+            try:
+                fitter.restrict(row)
+            except Exception as exc:
+                row[:] = grammar_row
+                _fitting_failed(failed, exc)
 
     grammar.accept_tokens = accept_tokens
     grammar.fill_bitmask = fill_bitmask
+
+
+def _fitting_failed(failed: list[BaseException], exc: BaseException) -> None:
+    import logging
+
+    failed.append(exc)
+    logging.getLogger("tokenmold").exception("budget fitting failed; the request continues under its grammar alone")

@@ -228,3 +228,30 @@ def test_the_outcome_lists_what_was_shortened_and_left_out() -> None:
     outcome = FitOutcome((Narrowing(5, "/name", ("/tags",), (("", ("age", "email")),)),))
     assert outcome.cut({"name": "A", "age": 3, "tags": []}) == ["/email", "/name", "/tags"]
     assert not FitOutcome(()).changed
+
+
+def test_an_error_in_the_engine_side_fitting_leaves_the_request_to_its_grammar(vocab, monkeypatch) -> None:
+    """The plugin's path without the engine: a fitter that raises must not raise into vLLM's step
+    (it would fail every request on the engine); the row stays the grammar's."""
+    from types import SimpleNamespace
+
+    from tokenmold.grammar.fit.fitter import Fitter as FitterClass
+    from tokenmold.service.vllm_plugin import _compile_llguidance, _fit_budget
+
+    compiled = _compiled(vocab, PERSON)
+    spec = compiled.engine_spec.with_fit(FitRequest(40, json.dumps(compiled.normalized_schema)))
+    parsed = spec.llguidance
+    backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
+    plain = _compile_llguidance(backend, parsed.grammar)
+    fitted = _compile_llguidance(backend, parsed.grammar)
+    _fit_budget(backend, fitted, parsed)
+
+    def broken(self, words):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(FitterClass, "restrict", broken)
+    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    plain.fill_bitmask(rows, 0)
+    fitted.fill_bitmask(rows, 1)  # does not raise
+    assert torch.equal(rows[0], rows[1])
+    assert fitted.accept_tokens("r", vocab.encode('{"name":"A"'))

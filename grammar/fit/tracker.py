@@ -146,10 +146,13 @@ class Tracker:
         self.schema = schema
         if stack is None:
             calls = schema.calls
-            if calls is None:
-                stack = (Root(schema.candidates(schema.root)),)
-            else:
+            if calls is not None:
                 stack = (Lead(tuple((calls.section_begin + b, i) for i, b in enumerate(calls.begins))),)
+            else:
+                try:
+                    stack = (Root(schema.candidates(schema.root)),)
+                except Untracked:
+                    stack, lost = (Root(()),), True
         self.stack: tuple[Frame, ...] = stack
         self.lost = lost
 
