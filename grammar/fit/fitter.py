@@ -204,14 +204,14 @@ class Fitter:
             tried = tried[~table.special[tried]]
             if isinstance(top, Obj) and top.phase == "in_key" and not top.key.open:
                 content = table.content[tried]
-                removed = _clear_ids(words, self._key_content(tracker, tried[content], limit))
+                removed = clear_tokens(words, self._key_content(tracker, tried[content], limit))
                 tried = tried[~content]
         if len(tried) <= MAX_TRIALS:
             trials = self.fitting.position(_position(tracker))
             tokens = tried.tolist()
             if trials.highest > limit or not trials.planned.issuperset(tokens):
                 bad = [t for t in tokens if self._trial(trials, t) > limit]
-                removed = _clear_ids(words, _ids(bad)) or removed
+                removed = clear_tokens(words, _ids(bad)) or removed
         if removed and not words.any():
             # Nothing fits (a plan the grammar does not allow): the grammar's row stands, and the
             # output may end truncated rather than stuck.
@@ -335,7 +335,7 @@ def _clear(words: np.ndarray, keep_out: np.ndarray) -> bool:
     return hit
 
 
-def _clear_ids(words: np.ndarray, tokens: np.ndarray) -> bool:
+def clear_tokens(words: np.ndarray, tokens: np.ndarray) -> bool:
     if not len(tokens):
         return False
     hit = bool(_bits(words, tokens).any())

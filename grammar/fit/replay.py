@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing
+from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing, clear_tokens
 
 if TYPE_CHECKING:
     from tokenmold.grammar.backends.base import Matcher
@@ -77,8 +77,7 @@ def replay(
             break
         matcher.fill_next_token_bitmask(bitmask, 0)
         if guard is not None:
-            for banned in guard.forbidden():
-                words.view(np.uint32)[banned >> 5] &= ~np.uint32(1 << (banned & 31))
+            clear_tokens(words, np.array(guard.forbidden(), dtype=np.int64))
         fitter.restrict(words)
         if not matcher.accept_token(token):
             break
