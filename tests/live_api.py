@@ -64,6 +64,14 @@ TOOLS = [
 WEATHER_QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 
+def slow_regex(classes: int, tag: str = "") -> str:
+    """A regex whose xgrammar compile takes seconds: about 1.8 s of mask precomputation per
+    ``[^c]{1,255}`` with a different excluded character (measured on 2 cores; the same class
+    repeated costs it once, which made an earlier version of this helper finish before the
+    tests' concurrent requests did). ``tag`` makes the shape new to the cache."""
+    return "-".join(f"[^{c}]{{1,255}}" for c in "abcdefghij"[:classes]) + tag
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[str]:
     """``tokenmold serve`` in its own process group; every process of the group is gone afterwards."""

@@ -28,6 +28,7 @@ from live_api import (  # noqa: F401  (client, server: this module's fixtures, s
     GetWeather,
     client,
     server,
+    slow_regex,
     validation,
 )
 from pydantic import BaseModel
@@ -399,7 +400,7 @@ def test_seeded_requests_in_chunked_prefills_do_not_kill_the_engine(server) -> N
 
 def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
     tag = uuid.uuid4().hex[:6]  # a fresh shape: compile failures are cached
-    slow = '[^"]{1,255}-[^"]{1,255}-[^"]{1,255}-' + tag  # 1.8-4 s of xgrammar mask precomputation: past 1 s
+    slow = slow_regex(3, tag)  # about 5 s of xgrammar mask precomputation: well past 1 s
 
     def slow_request() -> tuple[float, Exception | None]:
         try:

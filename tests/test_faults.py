@@ -21,16 +21,11 @@ import httpx
 import openai
 import psutil
 import pytest
+from live_api import slow_regex
 
 from tokenmold.service.bench.live_server import LiveServer
 
 pytestmark = pytest.mark.engine
-
-
-#: Seconds of xgrammar mask precomputation (4.3 s for three repetitions measured on 2 cores); each
-#: test uses a different count so that no compile is served from the cache.
-def slow_regex(repetitions: int) -> str:
-    return "-".join(['[^"]{1,255}'] * repetitions)
 
 
 def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str) -> LiveServer:
@@ -104,8 +99,8 @@ def test_a_new_small_schema_is_answered_while_a_slow_compile_runs(server: LiveSe
         started = time.monotonic()
         assert _chat(server, _schema(f"idle{i}")).status_code == 200
         idle.append(time.monotonic() - started)
-    # Not slow_regex(6): the kill test below needs that shape new to the cache.
-    slow = _in_background(lambda: _chat(server, {"regex": slow_regex(7)}))
+    # About 9 s; not slow_regex(4): the kill test below needs that shape new to the cache.
+    slow = _in_background(lambda: _chat(server, {"regex": slow_regex(5)}))
     _wait_for(lambda: _heavy_busy(server))
     busy = []
     for i in range(3):
@@ -143,7 +138,7 @@ def test_a_compile_worker_killed_mid_compile_costs_that_request_only(server: Liv
     _wait_for(lambda: _metrics(server)["tokenmold_compile_workers"] >= 2)
     workers_before = _metrics(server)["tokenmold_compile_workers"]
     died_before = _metrics(server)["tokenmold_compile_workers_died_total"]
-    victim_request = _in_background(lambda: _chat(server, {"regex": slow_regex(6)}))
+    victim_request = _in_background(lambda: _chat(server, {"regex": slow_regex(4)}))
     _wait_for(lambda: _heavy_busy(server))
     _wait_for(lambda: bool(_compile_workers(server, "compiling regex")))
     (victim,) = _compile_workers(server, "compiling regex")
@@ -158,7 +153,7 @@ def test_a_compile_worker_killed_mid_compile_costs_that_request_only(server: Liv
     # Everyone else is served meanwhile, the same shape compiles when sent again (the failure was
     # not cached), and the pool heals.
     assert _chat(server, _schema("after_kill")).status_code == 200
-    assert _chat(server, {"regex": slow_regex(6)}).status_code == 200
+    assert _chat(server, {"regex": slow_regex(4)}).status_code == 200
     _wait_for(lambda: _metrics(server)["tokenmold_compile_workers"] >= workers_before)
     assert _metrics(server)["tokenmold_compile_workers_died_total"] == died_before + 1
     assert victim.pid not in [p.pid for p in _compile_workers(server)]
