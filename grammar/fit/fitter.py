@@ -29,6 +29,7 @@ import numpy as np
 from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker
+from tokenmold.grammar.rows import allowed_tokens, clear_packed, clear_tokens, pack, token_bits
 
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to
 #: the grammar); in practice a JSON position outside strings allows a few hundred at most.
@@ -64,11 +65,11 @@ class TokenTable:
         words = (size + 31) // 32
         #: Packed like a bitmask row: every ordinary token, the content tokens, and the content
         #: tokens of exactly ``n`` (``chars_bits[n]``) and of at least ``n`` characters.
-        self.ordinary = _pack(~self.special, words)
-        self.content_bits = _pack(self.content, words)
+        self.ordinary = pack(~self.special, words)
+        self.content_bits = pack(self.content, words)
         lengths = np.minimum(self.chars, MAX_CHARS)
-        self.chars_bits = [_pack(self.content & (lengths == n), words) for n in range(MAX_CHARS + 1)]
-        self.chars_at_least = [_pack(self.content & (lengths >= n), words) for n in range(MAX_CHARS + 1)]
+        self.chars_bits = [pack(self.content & (lengths == n), words) for n in range(MAX_CHARS + 1)]
+        self.chars_at_least = [pack(self.content & (lengths >= n), words) for n in range(MAX_CHARS + 1)]
         #: Ordinary tokens that are not content: tried one by one inside a string.
         self.structural = np.flatnonzero(~self.special & ~self.content)
         #: The spellings, for the cheapest tokenization of a plan (``budget.fewest_tokens``).
@@ -198,7 +199,7 @@ class Fitter:
         original = words.copy()
         if isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
             removed = self._string_content(words, tracker, now, limit)
-            tried = table.structural[_bits(words, table.structural)]
+            tried = table.structural[token_bits(words, table.structural)]
         else:
             tried = allowed_tokens(words, table.size)
             tried = tried[~table.special[tried]]
@@ -229,12 +230,12 @@ class Fitter:
         table = self.fitting.table
         need = min(max(int(c.schema.get("minLength", 0)) for c in top.cands) - top.text.chars, MAX_CHARS)
         if need <= 0:
-            return now > limit and _clear(words, table.content_bits)
+            return now > limit and clear_packed(words, table.content_bits)
         removed = False
         for n in range(1, need + 1):
             plan = tracker.feed(b"a" * n).plan()
             if plan is None or self.fitting.cost(plan) > limit:
-                removed = _clear(words, table.chars_bits[n] if n < need else table.chars_at_least[n]) or removed
+                removed = clear_packed(words, table.chars_bits[n] if n < need else table.chars_at_least[n]) or removed
         return removed
 
     def _key_content(self, tracker: Tracker, tokens: np.ndarray, limit: int) -> np.ndarray:
@@ -298,49 +299,9 @@ def _is_content(data: bytes) -> bool:
     return not any(b in b'"\\' or b < 0x20 for b in data)
 
 
-def _pack(flags: np.ndarray, words: int) -> np.ndarray:
-    bits: np.ndarray = np.zeros(words * 32, dtype=bool)
-    bits[: len(flags)] = flags
-    packed: np.ndarray = np.packbits(bits, bitorder="little").view(np.int32)
-    return packed
-
-
-def allowed_tokens(words: np.ndarray, size: int) -> np.ndarray:
-    """The token ids whose bits are set in one bitmask row (only the non-zero words are unpacked)."""
-    nonzero = np.flatnonzero(words)
-    bits = np.unpackbits(words[nonzero].view(np.uint8), bitorder="little").reshape(len(nonzero), 32)
-    rows, columns = np.nonzero(bits)
-    ids: np.ndarray = nonzero[rows] * 32 + columns
-    kept: np.ndarray = ids[ids < size]
-    return kept
-
-
 def _ids(tokens: list[int]) -> np.ndarray:
     out: np.ndarray = np.array(tokens, dtype=np.int64)
     return out
-
-
-def _bits(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
-    """Whether each of ``tokens`` is allowed in the row."""
-    shifts = (tokens & 31).astype(np.uint32)
-    flags: np.ndarray = ((words.view(np.uint32)[tokens >> 5] >> shifts) & 1).astype(bool)
-    return flags
-
-
-def _clear(words: np.ndarray, keep_out: np.ndarray) -> bool:
-    """Clear the bits set in ``keep_out`` (packed like ``words``); whether any was set."""
-    hit = bool(np.any(words & keep_out))
-    if hit:
-        words &= ~keep_out
-    return hit
-
-
-def clear_tokens(words: np.ndarray, tokens: np.ndarray) -> bool:
-    if not len(tokens):
-        return False
-    hit = bool(_bits(words, tokens).any())
-    np.bitwise_and.at(words.view(np.uint32), tokens >> 5, ~(np.uint32(1) << (tokens & 31).astype(np.uint32)))
-    return hit
 
 
 def _position(tracker: Tracker) -> Any:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing, clear_tokens
+from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing
+from tokenmold.grammar.rows import clear_tokens
 
 if TYPE_CHECKING:
     from tokenmold.grammar.backends.base import Matcher

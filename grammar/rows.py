@@ -1,0 +1,52 @@
+"""Bitmask rows as the engines fill them: int32 words, 32 tokens a word, bit ``t & 31`` of word
+``t >> 5`` set when token ``t`` is allowed (xgrammar's and llguidance's layout, which vLLM applies).
+
+The masks tokenmold runs after a grammar (the duplicate-key guard, string bounds, budget fitting)
+work on such a row in place; these are the few operations they share, on numpy views of it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pack(flags: np.ndarray, words: int) -> np.ndarray:
+    """A boolean per token id, packed into ``words`` int32 words like a row."""
+    bits: np.ndarray = np.zeros(words * 32, dtype=bool)
+    bits[: len(flags)] = flags
+    packed: np.ndarray = np.packbits(bits, bitorder="little").view(np.int32)
+    return packed
+
+
+def allowed_tokens(words: np.ndarray, size: int) -> np.ndarray:
+    """The token ids whose bits are set in one bitmask row (only the non-zero words are unpacked)."""
+    nonzero = np.flatnonzero(words)
+    bits = np.unpackbits(words[nonzero].view(np.uint8), bitorder="little").reshape(len(nonzero), 32)
+    rows, columns = np.nonzero(bits)
+    ids: np.ndarray = nonzero[rows] * 32 + columns
+    kept: np.ndarray = ids[ids < size]
+    return kept
+
+
+def token_bits(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """Whether each of ``tokens`` is allowed in the row."""
+    shifts = (tokens & 31).astype(np.uint32)
+    flags: np.ndarray = ((words.view(np.uint32)[tokens >> 5] >> shifts) & 1).astype(bool)
+    return flags
+
+
+def clear_packed(words: np.ndarray, keep_out: np.ndarray) -> bool:
+    """Clear the bits set in ``keep_out`` (packed like ``words``); whether any was set."""
+    hit = bool(np.any(words & keep_out))
+    if hit:
+        words &= ~keep_out
+    return hit
+
+
+def clear_tokens(words: np.ndarray, tokens: np.ndarray) -> bool:
+    """Clear the bits of ``tokens`` (int64 ids); whether any was set."""
+    if not len(tokens):
+        return False
+    hit = bool(token_bits(words, tokens).any())
+    np.bitwise_and.at(words.view(np.uint32), tokens >> 5, ~(np.uint32(1) << (tokens & 31).astype(np.uint32)))
+    return hit
