@@ -10,9 +10,12 @@ from __future__ import annotations
 import hashlib
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.budget import spelling_ends
+
+if TYPE_CHECKING:
+    from tokenmold.grammar.bounds import BoundTable
 
 
 class Vocabulary:
@@ -92,6 +95,13 @@ class Vocabulary:
         import llguidance.hf
 
         return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
+
+    @cached_property
+    def bound_table(self) -> BoundTable:
+        """Per-token character counts for the length guard (``tokenmold.grammar.bounds``)."""
+        from tokenmold.grammar.bounds import BoundTable
+
+        return BoundTable.from_llguidance(self.llguidance_tokenizer)
 
     @cached_property
     def outlines_vocabulary(self) -> Any:

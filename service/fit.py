@@ -37,7 +37,7 @@ class BudgetFitting:
         self.guard = guard
         self._lock = threading.Lock()
         self._fittings: OrderedDict[str, Fitting] = OrderedDict()
-        self._grammars: OrderedDict[str, LLGuidanceCompiled] = OrderedDict()
+        self._grammars: OrderedDict[tuple[str, str | None], LLGuidanceCompiled] = OrderedDict()
 
     @cached_property
     def table(self) -> TokenTable:
@@ -64,7 +64,7 @@ class BudgetFitting:
         parsed = spec.llguidance
         assert parsed is not None and parsed.fit is not None
         fitting = self._fitting(parsed.fit.schema)
-        grammar = self._grammar(parsed.grammar)
+        grammar = self._grammar(parsed.grammar, parsed.bounds)
         detector = RepetitionGuard(*parsed.fit.guard).detector() if parsed.fit.guard else None
         key_guard = None
         if parsed.unique_keys:
@@ -89,13 +89,15 @@ class BudgetFitting:
             self._fittings.move_to_end(schema)
             return found
 
-    def _grammar(self, grammar: str) -> LLGuidanceCompiled:
+    def _grammar(self, grammar: str, bounds: str | None) -> LLGuidanceCompiled:
+        """The request's grammar as the engine ran it: with the length guard if it had one."""
+        key = (grammar, bounds)
         with self._lock:
-            found = self._grammars.get(grammar)
+            found = self._grammars.get(key)
             if found is None:
-                found = self._grammars[grammar] = LLGuidanceBackend(self.vocab).compile_grammar(grammar)
+                found = self._grammars[key] = LLGuidanceBackend(self.vocab).compile_grammar(grammar, bounds=bounds)
                 _trim(self._grammars)
-            self._grammars.move_to_end(grammar)
+            self._grammars.move_to_end(key)
             return found
 
 
@@ -132,6 +134,6 @@ def _fit_target(compiled: CompiledShape | None) -> Any:
     return compiled.normalized_schema
 
 
-def _trim(cache: OrderedDict[str, Any]) -> None:
+def _trim(cache: OrderedDict[Any, Any]) -> None:
     while len(cache) > CACHE_SIZE:
         cache.popitem(last=False)

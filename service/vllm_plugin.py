@@ -163,11 +163,11 @@ def _install_llguidance_grammars() -> None:
             grammar = _compile_llguidance(self, parsed.grammar, parsed.forced)
             if parsed.unique_keys:
                 _guard_keys(self, grammar, parsed.forced)
-            if parsed.fit is not None:
+            for install in (_bound_lengths, _fit_budget):
                 try:
-                    _fit_budget(self, grammar, parsed)
+                    install(self, grammar, parsed)
                 except Exception as exc:  # an error here would fail the engine's step: logged instead
-                    _fitting_failed([], exc)
+                    _mask_failed(install.__name__, [], exc)
             return grammar
         return original_compile(self, request_type, grammar_spec, stop_token_ids)
 
@@ -427,70 +427,110 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
     grammar.fill_bitmask = fill_bitmask
 
 
-#: Shapes whose budget-fitting state (``tokenmold.grammar.fit.fitter.Fitting``) an engine keeps.
-FITTING_CACHE_SIZE = 64
+#: Shapes whose schema state (the length guard's ``FitSchema``, budget fitting's ``Fitting``) an
+#: engine keeps.
+SCHEMA_CACHE_SIZE = 64
+
+
+def _per_schema(backend: Any, attribute: str, make_table: Callable[[Any], Any]) -> tuple[Any, Callable[..., Any]]:
+    """An engine-wide table (built once from llguidance's tokenizer by ``make_table``) and a getter
+    of per-schema state, kept for the last ``SCHEMA_CACHE_SIZE`` schemas, under ``attribute``."""
+    state = getattr(backend, attribute, None)
+    if state is None:
+        table = make_table(backend._tokenmold_llguidance[0])
+        cache: OrderedDict[str, Any] = OrderedDict()
+        lock = threading.Lock()
+
+        def get(schema: str, make: Callable[[str], Any]) -> Any:
+            with lock:
+                found = cache.get(schema)
+                if found is None:
+                    found = cache[schema] = make(schema)
+                    if len(cache) > SCHEMA_CACHE_SIZE:
+                        cache.popitem(last=False)
+                cache.move_to_end(schema)
+                return found
+
+        state = (table, get)
+        setattr(backend, attribute, state)
+    return state
+
+
+def _bound_lengths(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
+    """Run the length guard (``tokenmold.grammar.bounds``) next to ``grammar`` when its spec left
+    string bounds to it: it follows the accepted tokens (after the forced ones) and, after the
+    grammar and the key guard filled a row, clears the tokens that would overrun a ``maxLength``."""
+
+    from tokenmold.grammar.bounds import BoundSchema, BoundTable, LengthGuard
+
+    if spec.bounds is None:
+        return
+    table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
+    guard = LengthGuard(schemas(spec.bounds, BoundSchema), table)
+    guard.feed(spec.forced)
+    _beside(grammar, "the length guard", guard.feed, guard.restrict)
 
 
 def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
-    """Run the budget-fitting mask (``tokenmold.grammar.fit``) next to ``grammar``: it follows the
-    accepted tokens (after the forced ones the prompt ends with) and, after the grammar and the
-    key guard filled a row, clears the bits of the tokens after which the output could no longer
-    close within the request's budget."""
+    """Run the budget-fitting mask (``tokenmold.grammar.fit``) next to ``grammar`` when its spec
+    asks for it: it follows the accepted tokens (after the forced ones the prompt ends with) and,
+    after the grammar, the key guard and the length guard filled a row, clears the bits of the
+    tokens after which the output could no longer close within the request's budget."""
     import json
 
     from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
     from tokenmold.service.repetition import RepetitionGuard
 
     fit = spec.fit
-    assert fit is not None
-    state = getattr(backend, "_tokenmold_fit", None)
-    if state is None:
-        table = TokenTable.from_llguidance(backend._tokenmold_llguidance[0])
-        fittings: OrderedDict[str, Fitting] = OrderedDict()
-        state = backend._tokenmold_fit = (table, fittings, threading.Lock())
-    table, fittings, lock = state
-    with lock:
-        fitting = fittings.get(fit.schema)
-        if fitting is None:
-            fitting = fittings[fit.schema] = Fitting(json.loads(fit.schema), table)
-            if len(fittings) > FITTING_CACHE_SIZE:
-                fittings.popitem(last=False)
-        fittings.move_to_end(fit.schema)
+    if fit is None:
+        return
+    table, fittings = _per_schema(backend, "_tokenmold_fit", TokenTable.from_llguidance)
+    fitting = fittings(fit.schema, lambda text: Fitting(json.loads(text), table))
     detector = RepetitionGuard(*fit.guard).detector() if fit.guard else None
     fitter = Fitter(fitting, fit.budget, detector=detector)
     fitter.feed_prefix(spec.forced)
+
+    def feed(tokens: list[int]) -> None:
+        for token in tokens:
+            fitter.accept(token)
+
+    _beside(grammar, "budget fitting", feed, fitter.restrict)
+
+
+def _beside(grammar: Any, name: str, feed: Callable[[list[int]], None], restrict: Callable[[Any], Any]) -> None:
+    """Wrap ``grammar`` so that a mask runs next to it: ``feed`` gets the tokens it accepts,
+    ``restrict`` each row (a numpy view) after the grammar and the masks wrapped before filled it.
+    An error in the mask runs in the engine's step, where it would fail every request on the
+    engine: it is logged, the row stays as it was, and this request goes on without the mask."""
     accept, fill = grammar.accept_tokens, grammar.fill_bitmask
-    # An error in the fitting runs in the engine's step, where it would fail every request on the
-    # engine: it is logged, and this request goes on under its grammar alone.
     failed: list[BaseException] = []
 
     def accept_tokens(request_id: str, tokens: list[int]) -> bool:
         accepted = accept(request_id, tokens)
         if accepted and not failed:
             try:
-                for token in tokens:
-                    fitter.accept(token)
+                feed(tokens)
             except Exception as exc:
-                _fitting_failed(failed, exc)
+                _mask_failed(name, failed, exc)
         return bool(accepted)
 
     def fill_bitmask(bitmask: Any, idx: int) -> None:
         fill(bitmask, idx)
         if not failed:
             row = bitmask[idx].numpy()
-            grammar_row = row.copy()
+            before = row.copy()
             try:
-                fitter.restrict(row)
+                restrict(row)
             except Exception as exc:
-                row[:] = grammar_row
-                _fitting_failed(failed, exc)
+                row[:] = before
+                _mask_failed(name, failed, exc)
 
     grammar.accept_tokens = accept_tokens
     grammar.fill_bitmask = fill_bitmask
 
 
-def _fitting_failed(failed: list[BaseException], exc: BaseException) -> None:
+def _mask_failed(name: str, failed: list[BaseException], exc: BaseException) -> None:
     import logging
 
     failed.append(exc)
-    logging.getLogger("tokenmold").exception("budget fitting failed; the request continues under its grammar alone")
+    logging.getLogger("tokenmold").exception("%s failed; the request continues under its grammar alone", name)

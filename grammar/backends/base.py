@@ -44,6 +44,7 @@ class JsonOptions:
 LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
 #: Optional header lines after the marker, in this order (``LlguidanceSpec``).
 _UNIQUE_KEYS_LINE = "%unique-keys\n"
+_BOUNDS_LINE = "%bounds "
 _FIT_LINE = "%fit "
 _FORCED_LINE = "%forced "
 
@@ -78,13 +79,16 @@ class LlguidanceSpec:
     ``forced``: tokens the matcher consumes before its first mask, because the request's prompt
     already ends with them (jump-forward, see ``EngineSpec``). ``unique_keys``: the duplicate-key
     guard (``tokenmold.grammar.key_guard``) runs too, for JSON with explicitly open objects.
-    ``fit``: the budget-fitting mask (``tokenmold.grammar.fit``) runs too.
+    ``bounds``: the normalized schema (compact JSON) whose string ``maxLength``s the grammar left
+    out for the length guard (``tokenmold.grammar.bounds``) to enforce. ``fit``: the
+    budget-fitting mask (``tokenmold.grammar.fit``) runs too.
     """
 
     grammar: str
     forced: tuple[int, ...] = ()
     unique_keys: bool = False
     fit: FitRequest | None = None
+    bounds: str | None = None
 
     @classmethod
     def read(cls, text: str) -> LlguidanceSpec | None:
@@ -94,6 +98,10 @@ class LlguidanceSpec:
         body = text[len(LLGUIDANCE_MARKER) :]
         unique_keys = body.startswith(_UNIQUE_KEYS_LINE)
         body = body.removeprefix(_UNIQUE_KEYS_LINE)
+        bounds = None
+        if body.startswith(_BOUNDS_LINE):
+            line, _, body = body.partition("\n")
+            bounds = line[len(_BOUNDS_LINE) :]
         fit = None
         if body.startswith(_FIT_LINE):
             line, _, body = body.partition("\n")
@@ -102,7 +110,7 @@ class LlguidanceSpec:
         if body.startswith(_FORCED_LINE):
             line, _, body = body.partition("\n")
             forced = tuple(int(token) for token in line[len(_FORCED_LINE) :].split(","))
-        return cls(body, forced, unique_keys, fit)
+        return cls(body, forced, unique_keys, fit, bounds)
 
     @property
     def text(self) -> str:
@@ -110,6 +118,7 @@ class LlguidanceSpec:
         return (
             LLGUIDANCE_MARKER
             + (_UNIQUE_KEYS_LINE if self.unique_keys else "")
+            + (f"{_BOUNDS_LINE}{self.bounds}\n" if self.bounds is not None else "")
             + (self.fit.line() if self.fit else "")
             + forced
             + self.grammar

@@ -21,17 +21,19 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import llguidance
+import numpy as np
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
 from tokenmold.grammar.backends.base import (
-    LLGUIDANCE_MARKER,
     Backend,
     CompiledGrammar,
     EngineSpec,
     JsonOptions,
+    LlguidanceSpec,
     TokenTextMatcher,
 )
 from tokenmold.grammar.backends.llguidance_tools import tools_lark
+from tokenmold.grammar.bounds import BoundSchema, LengthGuard, strip_max_lengths
 from tokenmold.grammar.errors import (
     CompileFailed,
     GrammarSyntaxError,
@@ -94,12 +96,17 @@ def _regex_error(raw: str) -> ShapeError:
 
 
 class LLGuidanceMatcher(TokenTextMatcher):
-    def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary) -> None:
+    """llguidance's matcher, and the length guard after it where the grammar left string bounds
+    to it (``tokenmold.grammar.bounds``; the engine runs the same guard, see the vLLM plugin)."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary, guard: LengthGuard | None = None) -> None:
         self._matcher = matcher
         self._vocab = vocab
-        #: The last bitmask checked, with its base address and row size: torch's attribute reads
-        #: cost ~2 µs a step, a third of llguidance's own mask time, so a tensor is checked once.
-        self._bitmask: tuple[torch.Tensor, int, int] | None = None
+        self._guard = guard
+        #: The last bitmask checked, with its base address, row size and numpy rows: torch's
+        #: attribute reads cost ~2 µs a step, a third of llguidance's own mask time, so a tensor
+        #: is checked once.
+        self._bitmask: tuple[torch.Tensor, int, int, np.ndarray] | None = None
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
         # What ``llguidance.torch.fill_next_token_bitmask`` does, without importing that module:
@@ -107,9 +114,16 @@ class LLGuidanceMatcher(TokenTextMatcher):
         if self._bitmask is None or self._bitmask[0] is not bitmask:
             if bitmask.element_size() != 4 or not bitmask.is_contiguous() or bitmask.device.type != "cpu":
                 raise ValueError("the bitmask must be a contiguous int32 tensor in CPU memory")
-            self._bitmask = (bitmask, bitmask.data_ptr(), bitmask.shape[-1] * 4)
-        _, base, row_bytes = self._bitmask
+            self._bitmask = (
+                bitmask,
+                bitmask.data_ptr(),
+                bitmask.shape[-1] * 4,
+                bitmask.view(-1, bitmask.shape[-1]).numpy(),
+            )
+        _, base, row_bytes, rows = self._bitmask
         self._matcher.unsafe_compute_mask_ptr(base + index * row_bytes, row_bytes)
+        if self._guard is not None:
+            self._guard.restrict(rows[index])
 
     def accept_token(self, token_id: int) -> bool:
         if self.error is not None:
@@ -117,6 +131,8 @@ class LLGuidanceMatcher(TokenTextMatcher):
         if not self._matcher.consume_token(token_id):
             self.error = self._matcher.get_error() or f"token {token_id} is not allowed here"
             return False
+        if self._guard is not None:
+            self._guard.feed((token_id,))
         return True
 
     def is_accepting(self) -> bool:
@@ -126,23 +142,34 @@ class LLGuidanceMatcher(TokenTextMatcher):
 class LLGuidanceCompiled(CompiledGrammar):
     backend = "llguidance"
 
-    def __init__(self, prototype: llguidance.LLMatcher, grammar: str, vocab: Vocabulary) -> None:
+    def __init__(
+        self, prototype: llguidance.LLMatcher, grammar: str, vocab: Vocabulary, bounds: str | None = None
+    ) -> None:
         self._prototype = prototype  # never advanced: each request gets a copy
         self._vocab = vocab
         self.grammar = grammar
+        #: The normalized schema whose string bounds the length guard enforces (``None``: none).
+        self.bounds = bounds
+
+    @cached_property
+    def _bound_schema(self) -> BoundSchema:
+        assert self.bounds is not None
+        return BoundSchema(self.bounds)
 
     def matcher(self) -> LLGuidanceMatcher:
-        return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab)
+        guard = LengthGuard(self._bound_schema, self._vocab.bound_table) if self.bounds is not None else None
+        return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab, guard)
 
     @property
     def memory_bytes(self) -> int:
-        return _BASE_BYTES + _BYTES_PER_GRAMMAR_BYTE * len(self.grammar)
+        return _BASE_BYTES + _BYTES_PER_GRAMMAR_BYTE * len(self.grammar) + len(self.bounds or "")
 
     @cached_property
     def engine_spec(self) -> EngineSpec:
         # Computing the fast-forward tokens does not advance the prototype (and warms its lexer).
         forced = tuple(self._prototype.compute_ff_tokens())
-        return EngineSpec("grammar", LLGUIDANCE_MARKER + self.grammar, self.backend, forced_tokens=forced)
+        spec = LlguidanceSpec(self.grammar, bounds=self.bounds)
+        return EngineSpec("grammar", spec.text, self.backend, forced_tokens=forced)
 
 
 class LLGuidanceBackend(Backend):
@@ -158,17 +185,24 @@ class LLGuidanceBackend(Backend):
         (``additionalProperties: false``). And its whitespace is a repeatable lexeme, so a bounded
         ``whitespace_pattern`` does not bound a gap; any ``max_whitespace`` therefore gives compact
         JSON, the one layout inside every bound.
+
+        Plain strings lose their ``maxLength`` in the grammar: the length guard enforces it
+        (``tokenmold.grammar.bounds``: llguidance's masks inside a bounded string are slow).
         """
         if options.strict_properties:
             raise UnsupportedFeature(
                 "llguidance has no strict-properties mode; state additionalProperties: false in the schema",
                 keyword="strict_properties",
             )
+        bounds = None
         if schema is not False:
             layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
+            stripped, count = strip_max_lengths(schema if isinstance(schema, dict) else {})
+            if count:
+                bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+            schema = {**stripped, "x-guidance": layout}
         return self.compile_grammar(
-            llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error
+            llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error, bounds=bounds
         )
 
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> LLGuidanceCompiled:
@@ -207,10 +241,11 @@ class LLGuidanceBackend(Backend):
         grammar: str,
         *,
         on_error: Callable[[str], ShapeError] = lambda raw: CompileFailed(f"llguidance: {_first_message(raw)[0]}"),
+        bounds: str | None = None,
     ) -> LLGuidanceCompiled:
         """Compile a grammar in llguidance's own serialized form (what ``LLMatcher.grammar_from_*``
-        returns)."""
+        returns); ``bounds``: the schema whose string bounds the length guard enforces next to it."""
         prototype = llguidance.LLMatcher(self.vocab.llguidance_tokenizer, grammar, log_level=0)
         if prototype.is_error():
             raise on_error(prototype.get_error())
-        return LLGuidanceCompiled(prototype, grammar, self.vocab)
+        return LLGuidanceCompiled(prototype, grammar, self.vocab, bounds)

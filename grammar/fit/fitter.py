@@ -28,7 +28,7 @@ import numpy as np
 
 from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
-from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker
+from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker, is_content
 from tokenmold.grammar.rows import allowed_tokens, clear_packed, clear_tokens, pack, token_bits
 
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to
@@ -44,7 +44,7 @@ MAX_CHARS = 64
 
 class TokenTable:
     """Token bytes by id and their classes, built once per vocabulary (in the engine and for the
-    verdict's replay): ``content`` tokens can only extend a string (``_is_content``), ``chars``
+    verdict's replay): ``content`` tokens can only extend a string (``is_content``), ``chars``
     counts their characters, ``special`` ones (control tokens, end of sequence) are
     never removed."""
 
@@ -59,7 +59,7 @@ class TokenTable:
                 continue
             self.by_id[token] = data
             self.special[token] = False
-            if _is_content(data):
+            if is_content(data):
                 self.content[token] = True
                 self.chars[token] = sum((b & 0xC0) != 0x80 for b in data)
         words = (size + 31) // 32
@@ -168,7 +168,11 @@ class Fitter:
             self.tracker = self.tracker.feed(self.fitting.table.by_id[token])
 
     def accept(self, token: int) -> None:
-        self.tracker = self.tracker.feed(self.fitting.table.by_id[token])
+        table = self.fitting.table
+        if table.content[token]:
+            self.tracker = self.tracker.extend(table.by_id[token], int(table.chars[token]))
+        else:
+            self.tracker = self.tracker.feed(table.by_id[token])
         self.left -= 1
         self.steps += 1
         top = self.tracker.top
@@ -287,16 +291,6 @@ def _optional_names(frame: Obj) -> tuple[str, ...]:
         required = set(cand.schema.get("required", ()))
         names.update((n, None) for n in cand.schema.get("properties", {}) if n not in required and n not in frame.keys)
     return tuple(names)
-
-
-def _is_content(data: bytes) -> bool:
-    """Whole characters that can only extend a string: no quote, backslash or control byte, and no
-    UTF-8 sequence begun or ended outside the token (those change what closing the string needs)."""
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return not any(b in b'"\\' or b < 0x20 for b in data)
 
 
 def _ids(tokens: list[int]) -> np.ndarray:

@@ -183,6 +183,15 @@ class Tracker:
             stack = None
         return Tracker(self.schema, stack) if stack is not None else Tracker(self.schema, self.stack, True)
 
+    def extend(self, data: bytes, chars: int) -> Tracker:
+        """The tracker after ``data``, a token of ``chars`` whole characters that ``is_content``:
+        inside a string (the common step) it is appended without scanning its bytes."""
+        top = self.stack[-1]
+        if self.lost or not isinstance(top, Str) or top.text.open:
+            return self.feed(data)
+        text = Text(top.text.raw + data, top.text.chars + chars)
+        return Tracker(self.schema, self.stack[:-1] + (top._replace(text=text),))
+
     def open_values(self) -> list[Value]:
         """The values being written, outermost first."""
         return [frame for frame in self.stack if not isinstance(frame, (Root, Lead))]
@@ -470,3 +479,13 @@ def _json(value: str) -> str:
 
 def _escape_pointer(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
+
+
+def is_content(data: bytes) -> bool:
+    """Whole characters that can only extend a string: no quote, backslash or control byte, and no
+    UTF-8 sequence begun or ended outside the token (those change what closing the string needs)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not any(b in b'"\\' or b < 0x20 for b in data)

@@ -1,0 +1,301 @@
+"""String lengths enforced next to llguidance instead of inside it.
+
+Inside a string with ``maxLength``, llguidance's lexer is in a counted-repeat state that its token
+trie walk has no shortcut for: a mask costs 40-900 µs there against 3 µs in the same string
+unbounded (measured on the embedded model's vocabulary; issue 16). So the plain bounded strings of a
+JSON Schema (``type: string`` with ``maxLength`` and no ``pattern``, ``format``, ``enum`` or
+``const``) are compiled without their ``maxLength``, and this mask puts the bound back: it follows
+the output with the budget tracker (``tokenmold.grammar.fit.tracker``) over the schema as
+normalized, bounds included, and inside such a string with ``n`` characters left it clears, in the
+row llguidance filled, every token that would write more than ``n`` characters before closing it.
+
+How many characters a token writes before a closing quote is counted once per vocabulary, the way
+JSON Schema counts them (a code point per UTF-8 sequence, one per escape; a ``\\u`` escape counts
+when its last hex digit arrives), for a token read in plain text and one read just after a
+backslash; the rows of tokens writing at most ``n`` are packed like a bitmask, so a step is one AND.
+A step inside a ``\\u`` escape (rare) counts the allowed tokens one by one.
+
+Where the tracker cannot follow the schema (it is then lost) the bound is left to validation, which
+judges every output against the schema as written anyway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+from tokenmold.grammar.fit.schema import FitSchema
+from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
+from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack
+
+#: Keywords that make a string something other than "any text of bounded length": llguidance keeps
+#: the bound of such a string (it has to build that lexeme anyway).
+_SHAPED = ("pattern", "format", "enum", "const", "contentEncoding")
+#: Where the tracker reads a value's schema: a bound stripped anywhere else would go unenforced.
+_VALUE_MAPS = ("properties", "$defs", "definitions")
+_VALUE_LISTS = ("prefixItems", "anyOf", "oneOf")
+_VALUE_SCHEMAS = ("items", "additionalProperties")
+
+
+def strip_max_lengths(schema: Any) -> tuple[Any, int]:
+    """``schema`` without the ``maxLength`` of its plain strings, and how many were removed.
+
+    A string in an ``anyOf``/``oneOf`` keeps its bound when another branch there may also be a
+    string (the mask could not tell which branch's bound applies), and so does every definition
+    such a branch refers to."""
+    kept: set[str] = set()
+    _protect(schema, kept)
+    count = [0]
+    stripped = _strip(schema, kept, "#", count)
+    return stripped, count[0]
+
+
+def _protect(node: Any, kept: set[str]) -> None:
+    """Collect the ``$ref``s of the ``anyOf``/``oneOf`` branches that share the string type."""
+    if isinstance(node, list):
+        for item in node:
+            _protect(item, kept)
+        return
+    if not isinstance(node, dict):
+        return
+    for keyword in ("anyOf", "oneOf"):
+        branches = node.get(keyword)
+        if isinstance(branches, list) and sum(map(_may_be_string, branches)) > 1:
+            kept.update(b["$ref"] for b in branches if isinstance(b, dict) and isinstance(b.get("$ref"), str))
+    for value in node.values():
+        _protect(value, kept)
+
+
+def _may_be_string(schema: Any) -> bool:
+    if not isinstance(schema, dict) or "$ref" in schema or "anyOf" in schema or "oneOf" in schema:
+        return True
+    for keyword in ("enum", "const"):
+        if keyword in schema:
+            values = schema[keyword] if keyword == "enum" else [schema[keyword]]
+            return any(isinstance(v, str) for v in values)
+    declared = schema.get("type")
+    return declared is None or declared == "string" or (isinstance(declared, list) and "string" in declared)
+
+
+def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
+    if not isinstance(node, dict):
+        return node
+    out = dict(node)
+    if at not in kept and _plain_bounded(node):
+        del out["maxLength"]
+        count[0] += 1
+    for keyword in _VALUE_MAPS:
+        members = node.get(keyword)
+        if isinstance(members, dict):
+            out[keyword] = {
+                name: _strip(s, kept, f"{at}/{keyword}/{_escape(name)}", count) for name, s in members.items()
+            }
+    for keyword in _VALUE_LISTS:
+        branches = node.get(keyword)
+        if isinstance(branches, list):
+            crowded = keyword != "prefixItems" and sum(map(_may_be_string, branches)) > 1
+            out[keyword] = [
+                b if crowded else _strip(b, kept, f"{at}/{keyword}/{i}", count) for i, b in enumerate(branches)
+            ]
+    for keyword in _VALUE_SCHEMAS:
+        # The tracker reads a key matching ``patternProperties`` as an extra key: not its bound.
+        if isinstance(node.get(keyword), dict) and not (
+            keyword == "additionalProperties" and "patternProperties" in node
+        ):
+            out[keyword] = _strip(node[keyword], kept, f"{at}/{keyword}", count)
+    return out
+
+
+def _plain_bounded(schema: dict[str, Any]) -> bool:
+    declared = schema.get("type")
+    strings = declared == "string" or (isinstance(declared, list) and "string" in declared)
+    return strings and isinstance(schema.get("maxLength"), int) and not any(k in schema for k in _SHAPED)
+
+
+def _escape(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def smallest_bound(schema: Any) -> int | None:
+    """The smallest ``maxLength`` of a string anywhere in ``schema`` (``None``: there is none)."""
+    found: list[int] = []
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if _plain_bounded(node):
+                found.append(node["maxLength"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return min(found, default=None)
+
+
+def chars_opened(data: bytes) -> int:
+    """Characters ``data`` writes into a string it opens (after a quote that begins one), read
+    from outside a string and from inside one; the larger (0 if it opens none)."""
+    most = 0
+    for inside in (False, True):
+        escape, chars = 0, 0
+        for byte in data:
+            if escape:
+                escape, chars = 0, chars + 1
+            elif byte == 0x22:
+                inside, chars = not inside, 0
+            elif byte == 0x5C and inside:
+                escape = -1
+            elif inside and byte & 0xC0 != 0x80:
+                chars += 1
+        if inside:
+            most = max(most, chars + (escape != 0))
+    return most
+
+
+def chars_before_close(data: bytes, escape: int = 0) -> int:
+    """Characters ``data`` adds to a string before an unescaped closing quote (all of it if none;
+    an escape it leaves open counts, since it will write one); ``escape``: 0 in plain text, -1
+    just after a backslash, ``k > 0`` with ``k`` hex digits of a ``\\u`` escape still due (the
+    tracker's ``Text.escape``)."""
+    chars = 0
+    for byte in data:
+        if escape == -1:
+            escape = 4 if byte == 0x75 else 0
+            chars += escape == 0
+        elif escape > 0:
+            escape -= 1
+            chars += escape == 0
+        elif byte == 0x22:
+            break
+        elif byte == 0x5C:
+            escape = -1
+        elif byte & 0xC0 != 0x80:
+            chars += 1
+    return chars + (escape != 0)  # an escape left open still writes one character
+
+
+class BoundTable:
+    """Per vocabulary: token bytes, and per ``n`` the packed row of the tokens that write at most
+    ``n`` characters into a string, read in plain text (``plain``) and after a backslash
+    (``escaped``). Special tokens are always kept (the grammar decides about them)."""
+
+    def __init__(self, tokens: Iterable[tuple[int, bytes, bool]], size: int) -> None:
+        self.size = size
+        self.by_id: list[bytes] = [b""] * size
+        plain: np.ndarray = np.zeros(size, dtype=np.int32)
+        escaped: np.ndarray = np.zeros(size, dtype=np.int32)
+        for token, data, special in tokens:
+            if special or not data or token >= size:
+                continue
+            self.by_id[token] = data
+            plain[token] = chars_before_close(data)
+            escaped[token] = chars_before_close(data, -1)
+        #: Tokens of whole characters that only extend a string (no quote, backslash, control
+        #: byte or split UTF-8 sequence): the guard appends them without scanning their bytes.
+        self.content: np.ndarray = np.zeros(size, dtype=bool)
+        opened: np.ndarray = np.zeros(size, dtype=np.int32)
+        for token, data in enumerate(self.by_id):
+            self.content[token] = bool(data) and is_content(data)
+            opened[token] = chars_opened(data) if b'"' in data else 0
+        self.chars = plain
+        words = (size + 31) // 32
+        #: Per ``n``, the tokens that may write more than ``n`` characters into a string they open
+        #: (``"abc``): the guard tries them where a string that short may begin.
+        self.opening = [pack(opened > n, words) for n in range(int(opened.max()))]
+        self.plain = [pack(plain <= n, words) for n in range(int(plain.max()))]
+        self.escaped = [pack(escaped <= n, words) for n in range(int(escaped.max()))]
+
+    @classmethod
+    def from_llguidance(cls, ll_tokenizer: Any) -> BoundTable:
+        size = ll_tokenizer.vocab_size
+        return cls(((t, ll_tokenizer.decode_bytes([t]), ll_tokenizer.is_special_token(t)) for t in range(size)), size)
+
+
+class BoundSchema:
+    """A normalized schema as the length guard reads it (compact JSON in the spec's ``%bounds``
+    line), built once per shape: the tracker's view of it and its smallest ``maxLength``."""
+
+    def __init__(self, text: str) -> None:
+        root = json.loads(text)
+        self.schema = FitSchema(root)
+        self.smallest = smallest_bound(root)
+
+
+class LengthGuard:
+    """One output's string bounds: ``feed`` it the accepted tokens (the forced prefix too), and
+    ``restrict`` each row after the grammar filled it."""
+
+    def __init__(self, schema: BoundSchema, table: BoundTable) -> None:
+        self.table = table
+        self.tracker = Tracker(schema.schema)
+        #: Tokens that open a string may overrun a bound this small in the same token.
+        smallest = schema.smallest
+        self._opening = table.opening[smallest] if smallest is not None and smallest < len(table.opening) else None
+        self._kept: np.ndarray = np.zeros((table.size + 31) // 32, dtype=np.int32)
+
+    def feed(self, tokens: Iterable[int]) -> None:
+        table = self.table
+        for token in tokens:
+            if table.content[token]:
+                self.tracker = self.tracker.extend(table.by_id[token], int(table.chars[token]))
+            else:
+                self.tracker = self.tracker.feed(table.by_id[token])
+
+    def restrict(self, words: np.ndarray) -> None:
+        """Clear the tokens that would overrun a string's ``maxLength``: the open string's, and
+        any a token opens and writes into at once. A row is never emptied (the tracker and the
+        grammar disagree only on what validation then refuses)."""
+        top = self.tracker.top
+        left = _left(top)
+        if left is not None and isinstance(top, Str):
+            self._within(words, top, max(left, 0))
+        if self._opening is not None and not self.tracker.lost:
+            self._opened(words, self._opening)
+
+    def _opened(self, words: np.ndarray, opening: np.ndarray) -> None:
+        """Try one by one the allowed tokens that write enough into a string they open to overrun
+        the smallest bound (few, and only for schemas with a bound shorter than some token)."""
+        candidates = allowed_tokens(words & opening, self.table.size)
+        if not len(candidates):
+            return
+        by_id, tracker = self.table.by_id, self.tracker
+        over = [t for t in candidates.tolist() if _overrun(tracker.feed(by_id[t]).top)]
+        if over and len(over) < len(allowed_tokens(words, self.table.size)):
+            clear_tokens(words, np.array(over, dtype=np.int64))
+
+    def _within(self, words: np.ndarray, top: Str, left: int) -> bool:
+        escape = top.text.escape
+        if escape > 0:
+            allowed = allowed_tokens(words, self.table.size)
+            by_id = self.table.by_id
+            over = [t for t in allowed.tolist() if chars_before_close(by_id[t], escape) > left]
+            return len(over) < len(allowed) and clear_tokens(words, np.array(over, dtype=np.int64))
+        rows = self.table.escaped if escape == -1 else self.table.plain
+        if left >= len(rows):
+            return False
+        kept = np.bitwise_and(words, rows[left], out=self._kept)
+        if not kept.any():
+            return False
+        words[:] = kept
+        return True
+
+
+def _left(top: Any) -> int | None:
+    """Characters the string on top may still take (``None``: not a string the guard bounds)."""
+    if not isinstance(top, Str):
+        return None
+    bounds: list[int] = []
+    for cand in top.cands:
+        bound = cand.schema.get("maxLength")
+        if not isinstance(bound, int) or cand.values is not None:
+            return None
+        bounds.append(bound)
+    return max(bounds) - top.text.chars if bounds else None
+
+
+def _overrun(top: Any) -> bool:
+    """Whether the string on top is past its bound (an open escape counts: it will write one)."""
+    left = _left(top)
+    return left is not None and left - (top.text.escape != 0) < 0

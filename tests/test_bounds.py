@@ -1,0 +1,140 @@
+"""The length guard (``tokenmold.grammar.bounds``): plain strings compile without ``maxLength`` and
+the guard puts the bound back next to llguidance. Checked against llguidance itself: on random
+walks through the real vocabulary, the guarded mask of the stripped grammar equals llguidance's mask
+of the bounded grammar at every step, and the engine's wrapper (``service/vllm_plugin.py``) fills
+the same rows as the in-process matcher."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import llguidance
+import pytest
+import torch
+
+from tokenmold.grammar.backends.base import JsonOptions
+from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
+from tokenmold.grammar.bounds import chars_before_close, chars_opened, strip_max_lengths
+from tokenmold.grammar.rows import allowed_tokens
+
+BOUNDED = {
+    "type": "object",
+    "properties": {
+        "title": {"type": "string", "maxLength": 3},
+        "note": {"anyOf": [{"type": "string", "maxLength": 1}, {"type": "null"}]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 2}, "maxItems": 3},
+        "code": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4},
+    },
+    "required": ["title", "note", "tags", "code"],
+    "additionalProperties": False,
+}
+#: A root string, and a bound of 0: tokens that open a string and write into it at once (``"ab``).
+TINY = {"type": "array", "items": {"type": "string", "maxLength": 0}, "minItems": 1, "maxItems": 2}
+LONG = {"type": "object", "properties": {"text": {"type": "string", "maxLength": 40}}, "required": ["text"]}
+LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -> None:
+    stripped, count = strip_max_lengths(BOUNDED)
+    assert count == 3
+    properties = stripped["properties"]
+    assert "maxLength" not in properties["title"] and "maxLength" not in properties["tags"]["items"]
+    assert "maxLength" not in properties["note"]["anyOf"][0]
+    assert properties["code"]["maxLength"] == 4  # a pattern: llguidance builds that lexeme anyway
+    two_strings = {
+        "anyOf": [{"$ref": "#/$defs/short"}, {"type": "string", "pattern": "^x+$"}],
+        "$defs": {"short": {"type": "string", "maxLength": 2}},
+    }
+    assert strip_max_lengths(two_strings) == (two_strings, 0)  # which branch's bound would apply?
+    patterned = {
+        "type": "object",
+        "patternProperties": {"^x": {}},
+        "additionalProperties": {"type": "string", "maxLength": 1},
+    }
+    assert strip_max_lengths(patterned)[1] == 0  # the tracker reads a pattern's key as an extra key
+    assert strip_max_lengths(BOUNDED)[0] is not BOUNDED and BOUNDED["properties"]["title"]["maxLength"] == 3
+
+
+def test_characters_are_counted_as_json_schema_counts_them() -> None:
+    assert chars_before_close(b'ab"c') == 2
+    assert chars_before_close(b"\\n\\u00e9x") == 3
+    assert chars_before_close("é€".encode()) == 2
+    assert chars_before_close(b"\x80\x80") == 0  # the end of a UTF-8 sequence begun before
+    assert chars_before_close(b'"x', -1) == 2  # after a backslash, the quote is escaped
+    assert chars_before_close(b"00e9", 4) == 1  # the rest of a \u escape
+    assert chars_opened(b'":"abc') == 3 and chars_opened(b'abc"') == 0
+
+
+def _bounded_llguidance(vocab, schema):
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": LAYOUT}))
+    return LLGuidanceBackend(vocab).compile_grammar(grammar)
+
+
+@pytest.mark.parametrize("schema", [BOUNDED, TINY, LONG], ids=["mixed", "tiny", "long"])
+def test_the_guarded_mask_keeps_llguidances_bounded_mask_and_every_walk_ends_valid(vocab, schema) -> None:
+    """Every token llguidance allows with the bounds in its grammar, the guard allows (nothing
+    valid is lost); what the guard allows beyond it (where a full string may close: llguidance
+    then keeps fewer spellings of the closing) still ends schema-valid."""
+    guarded = LLGuidanceBackend(vocab).compile_json_schema(schema, JsonOptions())
+    assert guarded.bounds is not None
+    reference = _bounded_llguidance(vocab, schema)
+    rng = random.Random(7)
+    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    completed = compared = 0
+    for _ in range(16):
+        ours, theirs = guarded.matcher(), reference.matcher()
+        tokens: list[int] = []
+        for _ in range(60):
+            ours.fill_next_token_bitmask(rows, 0)
+            allowed = allowed_tokens(rows[0].numpy(), vocab.vocab_size)
+            if theirs is not None:
+                theirs.fill_next_token_bitmask(rows, 1)
+                assert set(allowed_tokens(rows[1].numpy(), vocab.vocab_size).tolist()) <= set(allowed.tolist()), (
+                    vocab.hf_tokenizer.decode(tokens)
+                )
+                compared += 1
+            # Prefer short tokens and closers, so that walks reach the bounds and the ends.
+            short = [t for t in allowed.tolist() if len(vocab.hf_tokenizer.decode([t])) <= 2] or allowed.tolist()
+            token = rng.choice(short)
+            if token in vocab.stop_token_ids:
+                jsonschema.validate(json.loads(vocab.hf_tokenizer.decode(tokens)), schema)
+                completed += 1
+                break
+            assert ours.accept_token(token)
+            if theirs is not None and not theirs.accept_token(token):
+                theirs = None  # one of the closings llguidance does not spell so: compared up to here
+            tokens.append(token)
+    assert completed >= 8 and compared >= 50
+
+
+def test_the_engine_runs_the_same_guard_as_the_in_process_matcher(vocab) -> None:
+    """The plugin's path without the engine: ``_bound_lengths`` wraps the engine's grammar and
+    fills the rows the in-process matcher fills, forced prefix included."""
+    from types import SimpleNamespace
+
+    from tokenmold.service.vllm_plugin import _bound_lengths, _compile_llguidance
+
+    compiled = LLGuidanceBackend(vocab).compile_json_schema(LONG, JsonOptions())
+    forced = tuple(vocab.encode('{"text":"'))
+    parsed = compiled.engine_spec.llguidance
+    assert parsed is not None and parsed.bounds is not None
+    backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
+    engine = _compile_llguidance(backend, parsed.grammar, forced)
+    _bound_lengths(backend, engine, parsed.__class__(parsed.grammar, forced, bounds=parsed.bounds))
+    local = compiled.matcher()
+    for token in forced:
+        assert local.accept_token(token)
+    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    text = "The quick brown fox jumps over the lazy dog"  # 43 characters: past the bound of 40
+    refused = None
+    for token in vocab.encode(text):
+        engine.fill_bitmask(rows, 0)
+        local.fill_next_token_bitmask(rows, 1)
+        assert torch.equal(rows[0], rows[1])
+        if token not in allowed_tokens(rows[1].numpy(), vocab.vocab_size):
+            refused = token
+            break
+        assert local.accept_token(token) and engine.accept_tokens("r", [token])
+    assert refused is not None, "the 43-character text was let through a maxLength of 40"
