@@ -8,10 +8,12 @@ applied first by vLLM), through tokenmold with the same layout but unbounded str
 ``maxLength`` costs), and through vLLM's built-in JSON path (the schema handed to vLLM as is),
 plus time to first token with a cold and a warm grammar cache, and what jump-forward gives on a
 one-tool call (latency with and without taking the forced prefix as prompt); each figure is the
-median of ``--repeats`` runs, the modes interleaved. Then the in-process engine stops and the same
-constrained workload goes through ``tokenmold serve`` on loopback (B concurrent
-``/v1/chat/completions`` requests): the service's overhead is what HTTP, validation and
-serialization cost on top of in-process generation.
+median of ``--repeats`` runs, the modes interleaved. The same constrained workload also goes
+through a ``tokenmold serve`` on loopback (B concurrent ``/v1/chat/completions`` requests), started
+next to the in-process engine and run as one more interleaved mode, so that both meet the same
+moments of the machine (run one after the other, the sign of the difference followed the order):
+the service's overhead is what HTTP, validation and serialization cost on top of in-process
+generation, reported from the medians and per repeat.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import statistics
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -150,6 +153,12 @@ async def _ttft_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
+    async with contextlib.AsyncExitStack() as stack:
+        http = None if args.no_http else await stack.enter_async_context(_served(args))
+        return await _in_process(args, http)
+
+
+async def _in_process(args: argparse.Namespace, http: _Http | None) -> dict[str, Any]:
     from tokenmold.service.engine import EngineConfig
 
     # The repetition guard is off: every output must run to --max-tokens for a like-for-like
@@ -168,14 +177,18 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         await runtime.compile(Shape.from_json_schema(LONG_SCHEMA), CompileOptions())
         for mode in MODES:  # warm-up: first-request costs off the clock
             await _run_batch(runtime, 2, 8, mode)
+        if http is not None:
+            await http.run_batch(2, 8)
         report: dict[str, Any] = {}
         for batch in args.batch:
             # Modes interleaved, each run --repeats times, the median kept: a slow moment of the
             # machine then lands on every mode alike instead of on one.
-            runs: dict[str, list[float]] = {mode: [] for mode in MODES}
+            runs: dict[str, list[float]] = {mode: [] for mode in (*MODES, "http")}
             for _ in range(args.repeats):
                 for mode in MODES:
                     runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
+                if http is not None:
+                    runs["http"].append(await http.run_batch(batch, args.max_tokens))
             row = {f"{mode.replace('-', '_')}_tok_s": round(statistics.median(runs[mode]), 1) for mode in MODES}
             report[str(batch)] = {
                 "unconstrained_tok_s": row["unconstrained_tok_s"],
@@ -186,6 +199,16 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
                 "unbounded_ratio": round(row["tokenmold_unbounded_tok_s"] / row["unconstrained_tok_s"], 3),
                 "vllm_builtin_ratio": round(row["vllm_json_tok_s"] / row["unconstrained_tok_s"], 3),
             }
+            if http is not None:
+                http_tok_s = statistics.median(runs["http"])
+                report[str(batch)] |= {
+                    "http_constrained_tok_s": round(http_tok_s, 1),
+                    "http_overhead": round(1 - http_tok_s / row["tokenmold_tok_s"], 3),
+                    # Each repeat's HTTP run against the in-process run just before it.
+                    "http_overhead_runs": [
+                        round(1 - h / c, 3) for h, c in zip(runs["http"], runs["tokenmold"], strict=True)
+                    ],
+                }
         report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
         report["jump_forward"] = await _jump_figures(runtime, args.ttft_repeats)
         report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
@@ -193,11 +216,6 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         report["repeats"] = args.repeats
     finally:
         runtime.shutdown()
-    if not args.no_http:
-        for batch, tok_s in (await _http_figures(args)).items():
-            row = report[str(batch)]
-            row["http_constrained_tok_s"] = round(tok_s, 1)
-            row["http_overhead"] = round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
     return report
 
 
@@ -232,8 +250,37 @@ async def _jump_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
     }
 
 
-async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
-    """Constrained tokens/s per batch size through a live ``tokenmold serve`` (same engine settings)."""
+@dataclass
+class _Http:
+    """The constrained workload through a live ``tokenmold serve`` (same engine settings)."""
+
+    client: Any
+    model: str
+
+    async def _one(self, prompt: Prompt, max_tokens: int) -> int:
+        body = {
+            "model": self.model,
+            "messages": prompt.messages,
+            "max_tokens": max_tokens,
+            "temperature": 0.0,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "catalogue", "schema": LONG_SCHEMA}},
+        }
+        response = await self.client.post("/v1/chat/completions", json=body)
+        response.raise_for_status()
+        return int(response.json()["usage"]["completion_tokens"])
+
+    async def run_batch(self, batch: int, max_tokens: int) -> float:
+        """Tokens/s of ``batch`` concurrent requests."""
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(self._one(p, max_tokens) for p in _prompts(batch)))
+        seconds = time.perf_counter() - started
+        if any(n != max_tokens for n in counts):
+            raise RuntimeError(f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair")
+        return sum(counts) / seconds
+
+
+@contextlib.asynccontextmanager
+async def _served(args: argparse.Namespace) -> AsyncIterator[_Http]:
     import tempfile
 
     import httpx
@@ -247,40 +294,9 @@ async def _http_figures(args: argparse.Namespace) -> dict[int, float]:
     if args.model:
         serve_args += ["--model", args.model]
     with tempfile.TemporaryDirectory() as folder, LiveServer(*serve_args, log=Path(folder) / "serve.log") as server:
-        model = server.model_id()
         limits = httpx.Limits(max_connections=max(args.batch) + 4)
         async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as client:
-
-            async def one(prompt: Prompt, max_tokens: int) -> int:
-                body = {
-                    "model": model,
-                    "messages": prompt.messages,
-                    "max_tokens": max_tokens,
-                    "temperature": 0.0,
-                    "response_format": {
-                        "type": "json_schema",
-                        "json_schema": {"name": "catalogue", "schema": LONG_SCHEMA},
-                    },
-                }
-                response = await client.post("/v1/chat/completions", json=body)
-                response.raise_for_status()
-                return int(response.json()["usage"]["completion_tokens"])
-
-            await asyncio.gather(*(one(p, 8) for p in _prompts(2)))  # warm-up, as in-process
-            figures = {}
-            for batch in args.batch:
-                runs = []
-                for _ in range(args.repeats):
-                    started = time.perf_counter()
-                    counts = await asyncio.gather(*(one(p, args.max_tokens) for p in _prompts(batch)))
-                    seconds = time.perf_counter() - started
-                    if any(n != args.max_tokens for n in counts):
-                        raise RuntimeError(
-                            f"http: unequal lengths {sorted(set(counts))}; the comparison would be unfair"
-                        )
-                    runs.append(sum(counts) / seconds)
-                figures[batch] = statistics.median(runs)
-    return figures
+            yield _Http(client, server.model_id())
 
 
 def run_e2e(argv: list[str] | None = None) -> int:
@@ -306,6 +322,9 @@ def run_e2e(argv: list[str] | None = None) -> int:
             f"{r['vllm_builtin_tok_s']:>10} {r['vllm_builtin_ratio']:>6} "
             f"{r.get('http_constrained_tok_s', '-'):>8} {r.get('http_overhead', '-'):>9}"
         )
+    for batch in args.batch:
+        if "http_overhead_runs" in report[str(batch)]:
+            print(f"http overhead per repeat, batch {batch}: {report[str(batch)]['http_overhead_runs']}")
     t = report["ttft"]
     print(
         f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
