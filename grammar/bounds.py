@@ -101,7 +101,8 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
                 b if crowded else _strip(b, kept, f"{at}/{keyword}/{i}", count) for i, b in enumerate(branches)
             ]
     for keyword in _VALUE_SCHEMAS:
-        # The tracker reads a key matching ``patternProperties`` as an extra key: not its bound.
+        # Next to key patterns the extra keys' bound stays in the grammar: which schema a key takes
+        # would hang on the tracker's regex engine agreeing with llguidance's.
         if isinstance(node.get(keyword), dict) and not (
             keyword == "additionalProperties" and "patternProperties" in node
         ):

@@ -6,7 +6,11 @@ strict mode (OpenAI's, and vLLM's xgrammar default) where the schema is silent, 
 still judges the schema as written:
 
 - an object whose schema does not say ``additionalProperties`` (after ``allOf``/``$ref`` merging:
-  no member says it) and lists properties generates only the listed ones;
+  no member says it) and lists properties generates only the listed ones (unless its
+  ``minProperties`` needs more keys than it lists);
+- ``minProperties``/``maxProperties`` stay in the grammar (both engines count keys) except on an
+  open object with optional listed properties, where llguidance cannot count them: there they are
+  reported ``validated_only``;
 - an explicitly open object (``additionalProperties: true`` or a schema, ``patternProperties``, or
   an object that lists nothing) generates at most ``max_extra`` keys beyond those it lists, where
   the grammar can count them (no listed property, or all of them required: llguidance counts keys
@@ -32,6 +36,7 @@ _UNBOUNDED = (
     "extra keys never repeat nor reuse a listed name; their number is not bounded by the grammar "
     "here (it can count keys only when every listed property is required)"
 )
+_UNCOUNTED = "with optional properties is not enforced by the grammar; checked by validation"
 #: Keywords whose values are data, not subschemas (a ``const`` may hold ``additionalProperties``).
 _DATA = frozenset({"enum", "const", "default", "examples", "required", "title", "description"})
 #: Keywords whose values map names to subschemas.
@@ -86,19 +91,29 @@ class _Narrowing:
 
     def object(self, out: dict[str, Any], pointer: str) -> None:
         listed = out.get("properties", {})
+        patterns = out.get("patternProperties", {})
         additional = out.get("additionalProperties")
-        if additional is False:
-            return
-        if additional is None and listed:
-            out["additionalProperties"] = False
+        fits_closed = bool(patterns) or out.get("minProperties", 0) <= len(listed)
+        if additional is None and (listed or patterns) and fits_closed:
+            out["additionalProperties"] = additional = False
             self.report.narrow(
                 pointer,
                 "additionalProperties",
-                "not stated: only the listed properties are generated (validation accepts others)",
+                "not stated: only the listed properties"
+                + (" and keys matching patternProperties" if patterns else "")
+                + " are generated (validation accepts others)",
             )
+        if additional is False and not patterns:
             return
         required = set(out.get("required", ()))
         if listed and not required >= listed.keys():
+            # llguidance counts the keys of an open object only when every listed one is required.
+            for keyword in ("minProperties", "maxProperties"):
+                if keyword in out:
+                    del out[keyword]
+                    self.report.validate_only(
+                        f"{pointer}/{keyword}", keyword, f"{keyword} on an open object {_UNCOUNTED}"
+                    )
             self.report.narrow(pointer, "additionalProperties", _UNBOUNDED)
             return
         bound = max(len(listed) + self.max_extra, out.get("minProperties", 0))

@@ -53,7 +53,7 @@ def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -
         "patternProperties": {"^x": {}},
         "additionalProperties": {"type": "string", "maxLength": 1},
     }
-    assert strip_max_lengths(patterned)[1] == 0  # the tracker reads a pattern's key as an extra key
+    assert strip_max_lengths(patterned)[1] == 0  # kept next to key patterns
     assert strip_max_lengths(BOUNDED)[0] is not BOUNDED and BOUNDED["properties"]["title"]["maxLength"] == 3
 
 

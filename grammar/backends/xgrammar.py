@@ -22,6 +22,7 @@ import xgrammar as xgr
 
 from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
+from tokenmold.grammar.jsonschema.fold import fold_patterns
 
 if TYPE_CHECKING:
     import torch
@@ -211,10 +212,11 @@ class XGrammarBackend(Backend):
 
 
 def _json_grammar(schema: dict[str, Any] | bool, options: JsonOptions, pointer: str = "") -> xgr.Grammar:
-    """A JSON Schema as an xgrammar grammar, with tokenmold's whitespace and strictness choices."""
+    """A JSON Schema as an xgrammar grammar, with tokenmold's whitespace and strictness choices
+    (and ``patternProperties`` folded: xgrammar has no key patterns)."""
     try:
         return xgr.Grammar.from_json_schema(
-            json.dumps(schema),
+            json.dumps(fold_patterns(schema)),
             any_whitespace=options.max_whitespace > 0,
             max_whitespace_cnt=options.max_whitespace or None,
             separators=None if options.max_whitespace > 0 else (",", ":"),

@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
+from tokenmold.grammar.jsonschema.regex import search
 
 _WHITESPACE = frozenset(b" \t\n\r")
 _NUMBER = frozenset(b"0123456789+-.eE")
@@ -423,6 +424,12 @@ def _member_schema(cand: Candidate, name: str) -> object:
     properties = cand.schema.get("properties", {})
     if name in properties:
         return properties[name]
+    for pattern, schema in cand.schema.get("patternProperties", {}).items():
+        try:
+            if search(pattern, name):
+                return schema
+        except Exception as exc:  # a pattern the tracker's regex engine cannot read
+            raise Untracked(f"patternProperties {pattern!r}") from exc
     extra = cand.schema.get("additionalProperties", True)
     return _ABSENT if extra is False else extra
 

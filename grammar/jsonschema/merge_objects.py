@@ -3,7 +3,11 @@
 
 A property declared by one conjunct is still constrained by the others' rules for names they do
 not declare (their patterns, else their ``additionalProperties``); the grammar closes or widens
-the object so that it accepts every valid instance.
+the object so that it accepts every valid instance. One conjunct's ``patternProperties`` are kept as
+written (their regexes in the engines' whole-string form) next to its ``additionalProperties``:
+llguidance enforces them on keys; backends without them fold them (``fold_patterns``). Patterns of
+several conjuncts, or one the engines cannot take, are folded here: ``additionalProperties`` is
+widened to the union of the patterns' schemas and the patterns hold for declared properties only.
 """
 
 from __future__ import annotations
@@ -21,9 +25,8 @@ from tokenmold.grammar.jsonschema.conjunct import (
     or_false,
     pointer_token,
 )
-from tokenmold.grammar.jsonschema.keywords import VALIDATION
 from tokenmold.grammar.jsonschema.merge_counts import Counts
-from tokenmold.grammar.jsonschema.regex import search
+from tokenmold.grammar.jsonschema.regex import grammar_pattern, search
 
 OBJECT_KEYS = frozenset({"properties", "required", "additionalProperties", "patternProperties"})
 #: Patterns that ``search`` finds in every property name.
@@ -74,16 +77,10 @@ class ObjectMerge:
         patterns = schema.get("patternProperties", {}) if "patternProperties" in self.ctx.known else {}
         if len(patterns) == 1 and next(iter(patterns)) in _UNIVERSAL_PATTERNS:
             self.ctx.enforce("patternProperties")  # it constrains every property: exact, see _Opening
-        elif patterns:
-            self.ctx.note(
-                f"{pointer}/patternProperties",
-                "patternProperties",
-                "enforced for declared properties only (additionalProperties widened to admit its values); "
-                "checked by validation",
-            )
         if not patterns and (additional is None or additional is True):
             return None
         return _Opening(
+            pointer,
             [
                 (key, Conjunct(sub, f"{pointer}/patternProperties/{pointer_token(key)}", ()))
                 for key, sub in patterns.items()
@@ -102,10 +99,17 @@ class ObjectMerge:
 
     def emit(self, child: Child, strict: bool) -> dict[str, Any]:
         additional: dict[str, Any] | bool | None = None
+        kept = None if strict else self._kept_patterns()
         if strict:
             additional = False
-        elif widened := [conj for opening in self.openings if (conj := opening.widened()) is not None]:
-            additional = or_false(child, widened)
+        elif kept is not None:
+            opening = self.openings[0]
+            if opening.additional is not None:
+                additional = or_false(child, [opening.additional])
+        else:
+            self._note_folded()
+            if widened := [conj for opening in self.openings if (conj := opening.widened()) is not None]:
+                additional = or_false(child, widened)
         for name in self.required:
             if name not in self.properties:
                 self.properties[name] = self._undeclared(name)
@@ -124,30 +128,70 @@ class ObjectMerge:
                     properties[name] = never()
         required = list(properties) if strict else list(self.required)
         self.counts.check(
-            "Properties", required=len(required), available=len(properties) if additional is False else None
+            "Properties",
+            required=len(required),
+            available=len(properties) if additional is False and not kept else None,
         )
         out: dict[str, Any] = {}
         if properties:
             out["properties"] = properties
         if required:
             out["required"] = required
+        if kept:
+            out["patternProperties"] = {regex: _or_never(child, conj) for regex, conj in kept}
         if additional is not None:
             out["additionalProperties"] = additional
-        if additional is False:
-            return out | self.counts.emitted("Properties")
-        # A grammar can count properties only when it knows them all (llguidance refuses otherwise).
-        for keyword, (value, pointer) in (*self.counts.least.items(), *self.counts.most.items()):
-            if keyword == "maxProperties" or (keyword == "minProperties" and value > 0):
-                self.ctx.note(pointer, keyword, f"{keyword} on an open object is {VALIDATION}")
-        return out
+        # On an open object too: the object layout (``grammar/layout.py``) decides whether the
+        # grammar can count its keys, and reports the counts it cannot.
+        return out | self.counts.emitted("Properties")
+
+    def _kept_patterns(self) -> list[tuple[str, Conjunct]] | None:
+        """One conjunct's patterns in the engines' regex form, if they can stay as written: on an
+        object that lists no properties (next to listed names, llguidance builds key lexemes that
+        exclude them, which took seconds on MaskBench's largest schemas)."""
+        if len(self.openings) != 1 or not self.openings[0].patterns or self.properties or self.required:
+            return None
+        kept = []
+        for pattern, conj in self.openings[0].patterns:
+            reason, regex = grammar_pattern(pattern)
+            if reason is not None or pattern in _UNIVERSAL_PATTERNS:
+                return None
+            kept.append((regex, conj))
+        self.ctx.enforce("patternProperties")
+        return kept
+
+    def _note_folded(self) -> None:
+        for opening in self.openings:
+            if opening.patterns and not opening.universal:
+                self.ctx.note(
+                    f"{opening.pointer}/patternProperties",
+                    "patternProperties",
+                    "enforced for declared properties only (additionalProperties widened to admit its values); "
+                    "checked by validation",
+                )
+
+
+def _or_never(child: Child, conj: Conjunct) -> dict[str, Any]:
+    """A pattern's schema; one no value can meet makes its keys impossible."""
+    try:
+        result: dict[str, Any] = child([conj])
+    except Unsat:
+        return never()
+    return result
 
 
 @dataclass
 class _Opening:
     """One conjunct's rule for the names it does not declare in ``properties``."""
 
+    pointer: str
     patterns: list[tuple[str, Conjunct]]
     additional: Conjunct | None
+
+    @property
+    def universal(self) -> bool:
+        """A pattern that every name matches is the whole constraint (see ``widened``)."""
+        return any(pattern in _UNIVERSAL_PATTERNS for pattern, _ in self.patterns)
 
     def matching(self, name: str) -> list[Conjunct]:
         return [conj for pattern, conj in self.patterns if search(pattern, name)]
