@@ -78,7 +78,7 @@ def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.engine
 def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> None:
-    """A small run of the end-to-end bench as a user runs it (in-process, then through `serve`):
+    """A small run of the end-to-end bench as a user runs it (in-process and through `serve`, interleaved):
     the figures are not asserted on, only that every one is measured; equal token counts on every
     side are enforced by the bench itself (it fails otherwise)."""
     out = tmp_path / "e2e.json"
@@ -112,6 +112,7 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         assert row["ratio"] == round(row["constrained_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["unbounded_ratio"] == round(row["unbounded_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
+        assert len(row["http_overhead_runs"]) == 1  # one per repeat, interleaved with the in-process runs
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
     jump = report["jump_forward"]
     assert (

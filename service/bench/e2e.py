@@ -71,6 +71,10 @@ TOOL_CALL_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+#: Seconds between a run on one engine and a run on the other: a vLLM worker keeps polling its
+#: queue for 1 s after its last step (``SpinCondition``), which would take cores from the next run.
+SETTLE_S = 1.5
+
 #: In-process modes, run in this order within each repeat, and the schema tokenmold constrains with.
 MODES = ("unconstrained", "tokenmold", "tokenmold-unbounded", "vllm-json")
 SHAPES = {"tokenmold": LONG_SCHEMA, "tokenmold-unbounded": UNBOUNDED_SCHEMA}
@@ -188,7 +192,9 @@ async def _in_process(args: argparse.Namespace, http: _Http | None) -> dict[str,
                 for mode in MODES:
                     runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
                 if http is not None:
+                    await asyncio.sleep(SETTLE_S)
                     runs["http"].append(await http.run_batch(batch, args.max_tokens))
+                    await asyncio.sleep(SETTLE_S)
             row = {f"{mode.replace('-', '_')}_tok_s": round(statistics.median(runs[mode]), 1) for mode in MODES}
             report[str(batch)] = {
                 "unconstrained_tok_s": row["unconstrained_tok_s"],
@@ -200,9 +206,9 @@ async def _in_process(args: argparse.Namespace, http: _Http | None) -> dict[str,
                 "vllm_builtin_ratio": round(row["vllm_json_tok_s"] / row["unconstrained_tok_s"], 3),
             }
             if http is not None:
-                http_tok_s = statistics.median(runs["http"])
+                http_tok_s = round(statistics.median(runs["http"]), 1)
                 report[str(batch)] |= {
-                    "http_constrained_tok_s": round(http_tok_s, 1),
+                    "http_constrained_tok_s": http_tok_s,
                     "http_overhead": round(1 - http_tok_s / row["tokenmold_tok_s"], 3),
                     # Each repeat's HTTP run against the in-process run just before it.
                     "http_overhead_runs": [
