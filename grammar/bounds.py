@@ -30,6 +30,7 @@ import numpy as np
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
 from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack
+from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: Keywords that make a string something other than "any text of bounded length": llguidance keeps
 #: the bound of such a string (it has to build that lexeme anyway).
@@ -210,8 +211,7 @@ class BoundTable:
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> BoundTable:
-        size = ll_tokenizer.vocab_size
-        return cls(((t, ll_tokenizer.decode_bytes([t]), ll_tokenizer.is_special_token(t)) for t in range(size)), size)
+        return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size)
 
 
 class BoundSchema:
@@ -237,12 +237,8 @@ class LengthGuard:
         self._kept: np.ndarray = np.zeros((table.size + 31) // 32, dtype=np.int32)
 
     def feed(self, tokens: Iterable[int]) -> None:
-        table = self.table
         for token in tokens:
-            if table.content[token]:
-                self.tracker = self.tracker.extend(table.by_id[token], int(table.chars[token]))
-            else:
-                self.tracker = self.tracker.feed(table.by_id[token])
+            self.tracker = self.tracker.after_token(self.table, token)
 
     def restrict(self, words: np.ndarray) -> None:
         """Clear the tokens that would overrun a string's ``maxLength``: the open string's, and

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenmold.grammar.jsonschema.walk import DATA, MAPS, rewrite_schemas
 from tokenmold.grammar.report import KeywordReport
 
 #: Extra keys an explicitly open object may get, by default (``CompileOptions.max_extra_properties``).
@@ -37,29 +38,17 @@ _UNBOUNDED = (
     "here (it can count keys only when every listed property is required)"
 )
 _UNCOUNTED = "with optional properties is not enforced by the grammar; checked by validation"
-#: Keywords whose values are data, not subschemas (a ``const`` may hold ``additionalProperties``).
-_DATA = frozenset({"enum", "const", "default", "examples", "required", "title", "description"})
-#: Keywords whose values map names to subschemas.
-_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
 
 
 def mark_open(schema: Any) -> Any:
     """``schema`` with every ``additionalProperties: true`` written ``{}`` (the same instances)."""
-    if isinstance(schema, list):
-        return [mark_open(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out: dict[str, Any] = {}
-    for key, value in schema.items():
-        if key == "additionalProperties" and value is True:
-            out[key] = {}
-        elif key in _DATA:
-            out[key] = value
-        elif key in _MAPS and isinstance(value, dict):
-            out[key] = {name: mark_open(sub) for name, sub in value.items()}
-        else:
-            out[key] = mark_open(value)
-    return out
+    return rewrite_schemas(schema, _said_open)
+
+
+def _said_open(schema: dict[str, Any]) -> dict[str, Any]:
+    if schema.get("additionalProperties") is True:
+        schema["additionalProperties"] = {}
+    return schema
 
 
 def narrow_objects(schema: Any, report: KeywordReport, max_extra: int) -> Any:
@@ -81,9 +70,9 @@ class _Narrowing:
         return out
 
     def child(self, key: str, value: Any, pointer: str) -> Any:
-        if key in _DATA:
+        if key in DATA:
             return value
-        if key in _MAPS and isinstance(value, dict):
+        if key in MAPS and isinstance(value, dict):
             return {name: self.node(sub, f"{pointer}/{key}/{_token(name)}") for name, sub in value.items()}
         if isinstance(value, list):
             return [self.node(sub, f"{pointer}/{key}/{i}") for i, sub in enumerate(value)]

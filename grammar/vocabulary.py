@@ -8,6 +8,7 @@ tokenizer so that every engine in a benchmark run sees exactly the same tokens.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -183,3 +184,10 @@ class _EmptyVocabulary(Vocabulary):
 
 
 EMPTY_VOCABULARY = _EmptyVocabulary()
+
+
+def llguidance_tokens(ll_tokenizer: Any) -> Iterator[tuple[int, bytes, bool]]:
+    """Every token of an llguidance tokenizer: its id, its bytes and whether it is special (the
+    tables of the masks that run after the grammar are built from these, in the engine too)."""
+    for token in range(ll_tokenizer.vocab_size):
+        yield token, ll_tokenizer.decode_bytes([token]), ll_tokenizer.is_special_token(token)

@@ -77,6 +77,8 @@ def test_an_engine_without_key_patterns_gets_them_folded(vocab) -> None:
     from tokenmold.grammar.jsonschema.fold import fold_patterns
 
     assert fold_patterns(KEYED) == {"type": "object", "additionalProperties": {"type": "integer"}}
+    # A property named like a data keyword is still a subschema.
+    assert fold_patterns({"properties": {"enum": KEYED}}) == {"properties": {"enum": fold_patterns(KEYED)}}
     xgrammar = ShapeCompiler(vocab, isolation="inline", cache_bytes=0, backend="xgrammar")
     compiled = xgrammar.compile(Shape.from_json_schema(KEYED), CompileOptions())
     assert compiled.token_grammar is not None and compiled.token_grammar.accepts('{"x1":1}')  # never refused

@@ -30,6 +30,7 @@ from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker, is_content
 from tokenmold.grammar.rows import allowed_tokens, clear_packed, clear_tokens, pack, token_bits
+from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to
 #: the grammar); in practice a JSON position outside strings allows a few hundred at most.
@@ -82,8 +83,7 @@ class TokenTable:
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> TokenTable:
-        size = ll_tokenizer.vocab_size
-        return cls(((t, ll_tokenizer.decode_bytes([t]), ll_tokenizer.is_special_token(t)) for t in range(size)), size)
+        return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size)
 
 
 class Fitting:
@@ -168,11 +168,7 @@ class Fitter:
             self.tracker = self.tracker.feed(self.fitting.table.by_id[token])
 
     def accept(self, token: int) -> None:
-        table = self.fitting.table
-        if table.content[token]:
-            self.tracker = self.tracker.extend(table.by_id[token], int(table.chars[token]))
-        else:
-            self.tracker = self.tracker.feed(table.by_id[token])
+        self.tracker = self.tracker.after_token(self.fitting.table, token)
         self.left -= 1
         self.steps += 1
         top = self.tracker.top

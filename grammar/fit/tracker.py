@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
 from tokenmold.grammar.jsonschema.regex import search
@@ -138,6 +138,15 @@ Value = Str | Num | Lit | Obj | Arr
 Frame = Value | Root | Lead
 
 
+class TokenClasses(Protocol):
+    """Per token id of a vocabulary: its bytes, whether it ``is_content``, and then its characters
+    (the budget fitter's and the length guard's tables)."""
+
+    by_id: list[bytes]
+    content: Any
+    chars: Any
+
+
 class Tracker:
     """One output's position in its schema (immutable; see the module docstring)."""
 
@@ -192,6 +201,12 @@ class Tracker:
             return self.feed(data)
         text = Text(top.text.raw + data, top.text.chars + chars)
         return Tracker(self.schema, self.stack[:-1] + (top._replace(text=text),))
+
+    def after_token(self, table: TokenClasses, token: int) -> Tracker:
+        """The tracker after token ``token`` of ``table``'s vocabulary (``extend`` for content)."""
+        if table.content[token]:
+            return self.extend(table.by_id[token], int(table.chars[token]))
+        return self.feed(table.by_id[token])
 
     def open_values(self) -> list[Value]:
         """The values being written, outermost first."""

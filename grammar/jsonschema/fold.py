@@ -12,21 +12,19 @@ from __future__ import annotations
 
 from typing import Any
 
-#: Keywords whose values are data, not subschemas.
-_DATA = frozenset({"enum", "const", "default", "examples", "required"})
+from tokenmold.grammar.jsonschema.walk import rewrite_schemas
 
 
 def fold_patterns(schema: Any) -> Any:
     """``schema`` with every ``patternProperties`` folded into ``additionalProperties``."""
-    if isinstance(schema, list):
-        return [fold_patterns(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {key: value if key in _DATA else fold_patterns(value) for key, value in schema.items()}
-    patterns = out.pop("patternProperties", None)
+    return rewrite_schemas(schema, _fold)
+
+
+def _fold(schema: dict[str, Any]) -> dict[str, Any]:
+    patterns = schema.pop("patternProperties", None)
     if isinstance(patterns, dict) and patterns:
-        additional = out.get("additionalProperties")
+        additional = schema.get("additionalProperties")
         if additional is not None and additional is not True:
             branches = [*patterns.values(), *([additional] if additional is not False else [])]
-            out["additionalProperties"] = branches[0] if len(branches) == 1 else {"anyOf": branches}
-    return out
+            schema["additionalProperties"] = branches[0] if len(branches) == 1 else {"anyOf": branches}
+    return schema
