@@ -186,21 +186,21 @@ class BoundTable:
     def __init__(self, tokens: Iterable[tuple[int, bytes, bool]], size: int) -> None:
         self.size = size
         self.by_id: list[bytes] = [b""] * size
+        #: Tokens of whole characters that only extend a string (no quote, backslash, control
+        #: byte or split UTF-8 sequence): the guard appends them without scanning their bytes.
+        self.content: np.ndarray = np.zeros(size, dtype=bool)
         plain: np.ndarray = np.zeros(size, dtype=np.int32)
         escaped: np.ndarray = np.zeros(size, dtype=np.int32)
+        opened: np.ndarray = np.zeros(size, dtype=np.int32)
         for token, data, special in tokens:
             if special or not data or token >= size:
                 continue
             self.by_id[token] = data
+            self.content[token] = is_content(data)
             plain[token] = chars_before_close(data)
             escaped[token] = chars_before_close(data, -1)
-        #: Tokens of whole characters that only extend a string (no quote, backslash, control
-        #: byte or split UTF-8 sequence): the guard appends them without scanning their bytes.
-        self.content: np.ndarray = np.zeros(size, dtype=bool)
-        opened: np.ndarray = np.zeros(size, dtype=np.int32)
-        for token, data in enumerate(self.by_id):
-            self.content[token] = bool(data) and is_content(data)
             opened[token] = chars_opened(data) if b'"' in data else 0
+        #: A content token's characters (``Tracker.after_token``).
         self.chars = plain
         words = (size + 31) // 32
         #: Per ``n``, the tokens that may write more than ``n`` characters into a string they open
@@ -262,21 +262,21 @@ class LengthGuard:
         if over and len(over) < len(allowed_tokens(words, self.table.size)):
             clear_tokens(words, np.array(over, dtype=np.int64))
 
-    def _within(self, words: np.ndarray, top: Str, left: int) -> bool:
+    def _within(self, words: np.ndarray, top: Str, left: int) -> None:
+        """Keep the tokens that write at most ``left`` more characters into the open string."""
         escape = top.text.escape
         if escape > 0:
             allowed = allowed_tokens(words, self.table.size)
             by_id = self.table.by_id
             over = [t for t in allowed.tolist() if chars_before_close(by_id[t], escape) > left]
-            return len(over) < len(allowed) and clear_tokens(words, np.array(over, dtype=np.int64))
+            if len(over) < len(allowed):
+                clear_tokens(words, np.array(over, dtype=np.int64))
+            return
         rows = self.table.escaped if escape == -1 else self.table.plain
-        if left >= len(rows):
-            return False
-        kept = np.bitwise_and(words, rows[left], out=self._kept)
-        if not kept.any():
-            return False
-        words[:] = kept
-        return True
+        if left < len(rows):
+            kept = np.bitwise_and(words, rows[left], out=self._kept)
+            if kept.any():
+                words[:] = kept
 
 
 def _left(top: Any) -> int | None:

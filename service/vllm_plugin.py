@@ -427,7 +427,7 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
     grammar.fill_bitmask = fill_bitmask
 
 
-#: Shapes whose schema state (the length guard's ``FitSchema``, budget fitting's ``Fitting``) an
+#: Shapes whose schema state (the length guard's ``BoundSchema``, budget fitting's ``Fitting``) an
 #: engine keeps.
 SCHEMA_CACHE_SIZE = 64
 
@@ -460,7 +460,6 @@ def _bound_lengths(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     """Run the length guard (``tokenmold.grammar.bounds``) next to ``grammar`` when its spec left
     string bounds to it: it follows the accepted tokens (after the forced ones) and, after the
     grammar and the key guard filled a row, clears the tokens that would overrun a ``maxLength``."""
-
     from tokenmold.grammar.bounds import BoundSchema, BoundTable, LengthGuard
 
     if spec.bounds is None:
