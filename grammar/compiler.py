@@ -213,6 +213,7 @@ class ShapeCompiler:
         token_grammar, spec, memory = self._compile_with(
             self._backends_for(shape, options), kind, payload, json_options, len(shape.source_text().encode())
         )
+        report = report.for_engine(spec.backend)
         floor = output_floor(normalized, self.vocab) if normalized is not None else None
         if kind == "json_schema" and spec.backend == "llguidance" and opens_objects(report):
             spec = spec.with_key_guard()  # layout.py: repeated keys are beyond any grammar
@@ -333,3 +334,4 @@ def _add_notes(report: KeywordReport, own: KeywordReport, root: str) -> None:
         report.validate_only(root + note.pointer, note.keyword, note.reason)
     for note in own.narrowed:
         report.narrow(root + note.pointer, note.keyword, note.reason)
+    report.llguidance_only |= {replace(note, pointer=root + note.pointer) for note in own.llguidance_only}

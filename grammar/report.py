@@ -6,7 +6,7 @@ report travels with the compiled shape to the caller (CLI verdict, HTTP ``valida
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True, order=True)
@@ -27,6 +27,9 @@ class KeywordReport:
     #: Where the grammar generates less than the schema allows, by layout choice
     #: (``tokenmold.grammar.layout``: unstated ``additionalProperties`` closed, extra keys bounded).
     narrowed: list[KeywordNote] = field(default_factory=list)
+    #: What only llguidance enforces (a pattern next to a format, lengths next to either, key
+    #: patterns): validated only when the schema compiles with another engine (``for_engine``).
+    llguidance_only: set[KeywordNote] = field(default_factory=set)
 
     def enforce(self, keyword: str) -> None:
         self.enforced.add(keyword)
@@ -36,6 +39,14 @@ class KeywordReport:
 
     def narrow(self, pointer: str, keyword: str, reason: str) -> None:
         self.narrowed.append(KeywordNote(pointer, keyword, reason))
+
+    def for_engine(self, engine: str) -> KeywordReport:
+        """The report as the engine that compiled the schema enforces it."""
+        if engine == "llguidance" or not self.llguidance_only:
+            return self
+        noted = {(note.pointer, note.keyword) for note in self.validated_only}
+        extra = [note for note in sorted(self.llguidance_only) if (note.pointer, note.keyword) not in noted]
+        return replace(self, validated_only=[*self.validated_only, *extra], llguidance_only=set())
 
     @property
     def validated_only_keywords(self) -> set[str]:

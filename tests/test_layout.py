@@ -74,14 +74,16 @@ def test_key_patterns_are_enforced_on_keys(compiler) -> None:
 
 
 def test_an_engine_without_key_patterns_gets_them_folded(vocab) -> None:
-    from tokenmold.grammar.jsonschema.fold import fold_patterns
+    from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
-    assert fold_patterns(KEYED) == {"type": "object", "additionalProperties": {"type": "integer"}}
+    assert fold_llguidance_only(KEYED) == {"type": "object", "additionalProperties": {"type": "integer"}}
     # A property named like a data keyword is still a subschema.
-    assert fold_patterns({"properties": {"enum": KEYED}}) == {"properties": {"enum": fold_patterns(KEYED)}}
+    folded = fold_llguidance_only({"properties": {"enum": KEYED}})
+    assert folded == {"properties": {"enum": fold_llguidance_only(KEYED)}}
     xgrammar = ShapeCompiler(vocab, isolation="inline", cache_bytes=0, backend="xgrammar")
     compiled = xgrammar.compile(Shape.from_json_schema(KEYED), CompileOptions())
     assert compiled.token_grammar is not None and compiled.token_grammar.accepts('{"x1":1}')  # never refused
+    assert "patternProperties" in compiled.report.validated_only_keywords  # what xgrammar drops is reported
 
 
 def test_patterns_of_several_conjuncts_are_folded_and_reported(compiler) -> None:

@@ -27,7 +27,7 @@ from tokenmold.grammar.errors import (
     UnsatisfiableSchema,
     UnsupportedFeature,
 )
-from tokenmold.grammar.jsonschema.fold import fold_patterns
+from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
 if TYPE_CHECKING:
     import torch
@@ -108,7 +108,7 @@ class OutlinesBackend(Backend):
         if schema is False:
             raise UnsatisfiableSchema("the schema is false", pointer="")
         whitespace = f"[ \\n\\t\\r]{{0,{options.max_whitespace}}}" if options.max_whitespace else ""
-        text = json.dumps({} if schema is True else fold_patterns(schema))
+        text = json.dumps({} if schema is True else fold_llguidance_only(schema))
         try:
             regex = build_regex_from_schema(text, whitespace_pattern=whitespace)
         except ValueError as exc:

@@ -22,7 +22,7 @@ import xgrammar as xgr
 
 from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
-from tokenmold.grammar.jsonschema.fold import fold_patterns
+from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
 if TYPE_CHECKING:
     import torch
@@ -213,10 +213,11 @@ class XGrammarBackend(Backend):
 
 def _json_grammar(schema: dict[str, Any] | bool, options: JsonOptions, pointer: str = "") -> xgr.Grammar:
     """A JSON Schema as an xgrammar grammar, with tokenmold's whitespace and strictness choices
-    (and ``patternProperties`` folded: xgrammar has no key patterns)."""
+    (what only llguidance enforces folded: xgrammar has no key patterns and takes one string
+    constraint)."""
     try:
         return xgr.Grammar.from_json_schema(
-            json.dumps(fold_patterns(schema)),
+            json.dumps(fold_llguidance_only(schema)),
             any_whitespace=options.max_whitespace > 0,
             max_whitespace_cnt=options.max_whitespace or None,
             separators=None if options.max_whitespace > 0 else (",", ":"),

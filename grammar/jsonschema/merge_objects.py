@@ -5,9 +5,10 @@ A property declared by one conjunct is still constrained by the others' rules fo
 not declare (their patterns, else their ``additionalProperties``); the grammar closes or widens
 the object so that it accepts every valid instance. One conjunct's ``patternProperties`` are kept as
 written (their regexes in the engines' whole-string form) next to its ``additionalProperties``:
-llguidance enforces them on keys; backends without them fold them (``fold_patterns``). Patterns of
-several conjuncts, or one the engines cannot take, are folded here: ``additionalProperties`` is
-widened to the union of the patterns' schemas and the patterns hold for declared properties only.
+llguidance enforces them on keys; backends without them fold them (``fold_llguidance_only``, noted
+as llguidance-only in the report). Patterns of several conjuncts, or one the engines cannot take,
+are folded here: ``additionalProperties`` is widened to the union of the patterns' schemas and the
+patterns hold for declared properties only.
 """
 
 from __future__ import annotations
@@ -158,6 +159,11 @@ class ObjectMerge:
                 return None
             kept.append((regex, conj))
         self.ctx.enforce("patternProperties")
+        self.ctx.note_llguidance_only(
+            f"{self.openings[0].pointer}/patternProperties",
+            "patternProperties",
+            "not enforced on keys without llguidance (folded into additionalProperties); checked by validation",
+        )
         return kept
 
     def _note_folded(self) -> None:

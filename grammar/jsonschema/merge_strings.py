@@ -1,7 +1,9 @@
 """The string keywords of a conjunction: ``pattern`` and ``format`` (lengths are ``Counts``).
 
-The grammar enforces one pattern or one format per schema; every other one is kept (to prune enum
-alternatives) and left to validation.
+The grammar enforces one pattern and one format per schema; every other one is kept (to prune enum
+alternatives) and left to validation. llguidance intersects a pattern, a format and the lengths
+(and proves an empty intersection at compile time); xgrammar and outlines-core take one of them
+(``fold.fold_llguidance_only``), so the others are reported as llguidance-only.
 """
 
 from __future__ import annotations
@@ -66,18 +68,21 @@ class StringMerge:
         return self.counts.within("Length", len(value)) and all(search(pattern, value) for pattern in self.patterns)
 
     def emit(self) -> dict[str, Any]:
-        """One string constraint for the grammar: xgrammar lets ``format`` override ``pattern``,
-        and either override ``minLength``/``maxLength``; the overridden ones are reported."""
+        """The lengths, the format and the pattern, for llguidance to intersect. An engine that
+        takes one of them keeps the format, else the pattern, else the lengths (as xgrammar lets
+        ``format`` override ``pattern`` and either override the lengths): the ones it drops are
+        noted as enforced by llguidance only."""
         self.counts.check("Length")
-        lengths = self.counts.emitted("Length")
+        out: dict[str, Any] = self.counts.emitted("Length")
+        dropped = [(self.counts.pointer_of(key), key) for key in out] if self.format or self.pattern else []
         if self.format is not None:
-            winner = {"format": self.format.value}
-        elif self.pattern is not None:
-            winner = {"pattern": self.pattern.value}
-        else:
-            return lengths
-        overridden = [(self.pattern.pointer, "pattern")] if self.format is not None and self.pattern is not None else []
-        overridden += [(self.counts.pointer_of(key), key) for key in lengths]
-        for pointer, keyword in overridden:
-            self.ctx.note(pointer, keyword, f"{keyword} next to {next(iter(winner))} is {VALIDATION}")
-        return winner
+            out["format"] = self.format.value
+            if self.pattern is not None:
+                dropped.append((self.pattern.pointer, "pattern"))
+        if self.pattern is not None:
+            out["pattern"] = self.pattern.value
+        winner = "format" if self.format is not None else "pattern"
+        for pointer, keyword in dropped:
+            reason = f"{keyword} next to {winner} is {VALIDATION} (only llguidance enforces both)"
+            self.ctx.note_llguidance_only(pointer, keyword, reason)
+        return out

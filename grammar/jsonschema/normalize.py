@@ -31,7 +31,7 @@ from tokenmold.grammar.jsonschema.merge import Merge
 from tokenmold.grammar.jsonschema.metaschema import LEGACY_REF, Checker, Draft, draft_of
 from tokenmold.grammar.jsonschema.refs import Resolver
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
-from tokenmold.grammar.report import KeywordReport
+from tokenmold.grammar.report import KeywordNote, KeywordReport
 
 #: Output fields that hold data, not subschemas: a result made only of these is cheap to repeat.
 _LEAF_FIELDS = frozenset({"type", "enum", "const", "required", "default", "title", "description"})
@@ -98,6 +98,9 @@ class _Normalizer:
         if (pointer, keyword) not in self._notes:
             self._notes.add((pointer, keyword))
             self.report.validate_only(pointer, keyword, reason)
+
+    def note_llguidance_only(self, pointer: str, keyword: str, reason: str) -> None:
+        self.report.llguidance_only.add(KeywordNote(pointer, keyword, reason))
 
     def enforce(self, *keywords: str) -> None:
         self.report.enforced.update(keywords)

@@ -3,7 +3,7 @@
 A schema's keywords hold data (``enum``, ``const``, ``default``...: a ``const`` may hold an
 ``additionalProperties`` key that is no keyword), maps from names to subschemas (``properties``:
 a property may be named ``enum``), or subschemas and lists of them. ``rewrite_schemas`` tells them
-apart once, for the object layout's ``mark_open`` and the backends' ``fold_patterns``.
+apart once, for the object layout's ``mark_open`` and the backends' ``fold_llguidance_only``.
 """
 
 from __future__ import annotations

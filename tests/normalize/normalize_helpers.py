@@ -18,15 +18,15 @@ from jsonschema.validators import validator_for
 
 from tokenmold.grammar.errors import ShapeError
 from tokenmold.grammar.jsonschema import normalize_schema
-from tokenmold.grammar.jsonschema.fold import fold_patterns
+from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
 MASKBENCH = str(Path(__file__).resolve().parents[3] / "shared" / "bench" / "maskbench")
 
 
 def compile_normalized(compiler: xgr.GrammarCompiler, schema: Any, **kwargs: Any) -> xgr.CompiledGrammar:
     normalized = normalize_schema(schema, **kwargs).schema
-    return compiler.compile_json_schema(  # key patterns folded, as the xgrammar backend does
-        json.dumps(fold_patterns(normalized)),
+    return compiler.compile_json_schema(  # folded as the xgrammar backend does
+        json.dumps(fold_llguidance_only(normalized)),
         any_whitespace=False,
         strict_mode=kwargs.get("strict", False),
         separators=(",", ":"),

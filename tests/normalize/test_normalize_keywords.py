@@ -15,6 +15,7 @@ from normalize_helpers import accepts, check_grammar, compile_normalized, notes,
 
 from tokenmold.grammar.errors import SchemaError, UnsatisfiableSchema
 from tokenmold.grammar.jsonschema import normalize_schema
+from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 from tokenmold.grammar.jsonschema.keywords import GRAMMAR_FORMATS
 
 # -- keywords the grammar ignores --------------------------------------------------------------------------
@@ -91,17 +92,23 @@ def test_unanchored_pattern_searches_like_json_schema(compiler: xgr.GrammarCompi
     check_grammar(compiler, {"type": "string", "pattern": "^a|b$"}, valid=["ax", "xb"], invalid=["xa"])
 
 
-def test_string_keywords_the_engine_overrides_are_reported() -> None:
-    # xgrammar lets format override pattern, and either override minLength/maxLength.
+def test_string_keywords_only_llguidance_intersects_are_kept_and_reported() -> None:
+    # llguidance intersects them; xgrammar lets format override pattern, and either override
+    # minLength/maxLength: the fold keeps the winner, and the report names the rest for it.
     out = normalize_schema({"type": "string", "format": "date", "pattern": "^2", "maxLength": 10})
-    assert out.schema == {"type": "string", "format": "date"}
-    assert {(n.pointer, n.keyword) for n in out.report.validated_only} == {
+    assert out.schema == {"type": "string", "maxLength": 10, "format": "date", "pattern": "^2.*$"}
+    assert fold_llguidance_only(out.schema) == {"type": "string", "format": "date"}
+    assert not out.report.validated_only
+    assert {(n.pointer, n.keyword) for n in out.report.for_engine("xgrammar").validated_only} == {
         ("/pattern", "pattern"),
         ("/maxLength", "maxLength"),
     }
+    assert out.report.for_engine("llguidance") is out.report
     out = normalize_schema({"type": "string", "pattern": "^a", "minLength": 2})
-    assert out.schema == {"type": "string", "pattern": "^a.*$"}
-    assert {(n.pointer, n.keyword) for n in out.report.validated_only} == {("/minLength", "minLength")}
+    assert fold_llguidance_only(out.schema) == {"type": "string", "pattern": "^a.*$"}
+    assert {(n.pointer, n.keyword) for n in out.report.for_engine("outlines").validated_only} == {
+        ("/minLength", "minLength")
+    }
 
 
 def test_enum_values_are_filtered_by_the_other_keywords(compiler: xgr.GrammarCompiler) -> None:

@@ -24,6 +24,7 @@ from strategies import VALUES, schema_strategy, semantic_schemas
 
 from tokenmold.grammar.errors import ShapeError
 from tokenmold.grammar.jsonschema import normalize_schema
+from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
 # -- strict mode, purity, report ---------------------------------------------------------------------------
 
@@ -159,7 +160,7 @@ def test_random_schemas_normalize_or_raise_shape_errors_and_compile(compiler: xg
         out = normalize_schema(schema)
     except ShapeError:
         return
-    text = json.dumps(out.schema)  # plain JSON
+    text = json.dumps(fold_llguidance_only(out.schema))  # plain JSON, folded as the xgrammar backend does
     compiler.compile_json_schema(text, any_whitespace=False, strict_mode=False, separators=(",", ":"))
 
 
@@ -188,7 +189,9 @@ def _key_orders(value: Any, budget: int = 24) -> list[Any]:
 
 
 def _compile_spaced(compiler: xgr.GrammarCompiler, normalized: Any) -> xgr.CompiledGrammar:
-    return compiler.compile_json_schema(json.dumps(normalized), any_whitespace=True, strict_mode=False)
+    """Folded as the xgrammar backend does (no key patterns, one string constraint)."""
+    text = json.dumps(fold_llguidance_only(normalized))
+    return compiler.compile_json_schema(text, any_whitespace=True, strict_mode=False)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck), database=None)
