@@ -174,6 +174,14 @@ def _parser() -> argparse.ArgumentParser:
         help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
     )
     _add_repetition_guard(serve)
+    serve.add_argument(
+        "--forced-drafts",
+        type=int,
+        default=0,
+        metavar="K",
+        help="draft up to K tokens a grammar forces, verified by vLLM's speculative decoding (default 0: off;"
+        " min_p and logit_bias are then refused)",
+    )
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
     serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -299,6 +307,7 @@ _BENCHES: dict[str, str] = {
     "load": "tokenmold.service.bench.load:run_load",
     "tools": "tokenmold.service.bench.tools:run_tools",
     "budget": "tokenmold.service.bench.budget:run_budget",
+    "drafts": "tokenmold.service.bench.drafts:run_drafts",
 }
 
 

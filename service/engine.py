@@ -54,6 +54,9 @@ class EngineConfig:
         KV-cache memory on CPU (GPU uses ``gpu_memory_utilization``).
     tensor_parallel_size, data_parallel_size:
         vLLM's parallelism (GPU deployments; see docs/operations.md).
+    forced_drafts:
+        Draft up to this many tokens a grammar forces, verified by vLLM's speculative decoding
+        (``service/forced_drafts.py``); 0: off.
     """
 
     model: str | None = None
@@ -67,6 +70,15 @@ class EngineConfig:
     tensor_parallel_size: int = 1
     data_parallel_size: int = 1
     reasoning_parser: str | None = None
+    forced_drafts: int = 0
+
+
+def _forced_drafts(tokens: int) -> dict[str, Any] | None:
+    """vLLM's speculative decoding with the forced-token proposer, or None when off."""
+    if tokens <= 0:
+        return None
+    proposer = "tokenmold.service.forced_drafts.ForcedTokenProposer"
+    return {"method": "custom_class", "model": proposer, "num_speculative_tokens": tokens}
 
 
 class Engine:
@@ -101,6 +113,7 @@ class Engine:
             data_parallel_size=config.data_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
             structured_outputs_config=structured,
+            speculative_config=_forced_drafts(config.forced_drafts),
             disable_log_stats=True,
         )
         self.llm = AsyncLLM.from_engine_args(args)

@@ -422,6 +422,7 @@ class Runtime:
             stop_token_ids=self.engine.stop_token_ids,
             room=room,
             stream=stream,
+            drafts=self.config.engine.forced_drafts > 0,
             skip_special_tokens=not (
                 compiled is not None
                 and isinstance(compiled.shape.source, ToolCalls)

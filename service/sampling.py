@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.engine import engine_validation
+from tokenmold.service.errors import RequestError
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -27,6 +28,7 @@ def to_sampling_params(
     room: int,
     stream: bool = False,
     skip_special_tokens: bool = True,
+    drafts: bool = False,
 ) -> SamplingParams:
     """Build engine parameters.
 
@@ -34,8 +36,18 @@ def to_sampling_params(
     template's end-of-turn token) added to the caller's own. ``room`` is what the context leaves
     after the prompt: the default max_tokens, so that "context full" ends as ``length``.
     ``skip_special_tokens=False`` keeps control tokens in the text (a tool-call format whose marker
-    is one, such as Mistral's ``[TOOL_CALLS]``, is parsed from the text).
+    is one, such as Mistral's ``[TOOL_CALLS]``, is parsed from the text). ``drafts``: the engine
+    runs speculative decoding (``serve --forced-drafts``), which drops ``min_p`` and ``logit_bias``
+    without a word: a request that sets them is refused instead.
     """
+    if drafts:
+        for param, value in (("min_p", options.min_p), ("logit_bias", options.logit_bias)):
+            if value:
+                raise RequestError(
+                    f"{param} is not available on this server: it runs with --forced-drafts, and vLLM's "
+                    "speculative decoding ignores min_p and logit_bias",
+                    param=param,
+                )
     # vLLM is imported here, not at module level: the engine (which configures vLLM's environment
     # first) has been started by the time a request is turned into parameters.
     from vllm import SamplingParams

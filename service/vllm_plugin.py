@@ -392,8 +392,54 @@ CPU_GENERATOR_OFFSETS = Patch(
 )
 
 
+# --- Patch 5: the forced-token proposer sees which request each row holds -------------------------
+# vLLM's ``custom_class`` speculative proposer gets token rows only; drafting a request's forced
+# tokens needs its grammar (``service/forced_drafts.py``). Before each proposal the runner hands a
+# proposer that asks for it (``bind_batch``) its batch and requests; other drafters are untouched.
+
+
+def _install_forced_drafts() -> None:
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner.propose_draft_token_ids
+
+    def propose_draft_token_ids(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bind = getattr(getattr(self, "drafter", None), "bind_batch", None)
+        if bind is not None:
+            bind(self.input_batch, self.requests)
+        return original(self, *args, **kwargs)
+
+    GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
+
+
+FORCED_DRAFTS = Patch(
+    name="forced-drafts",
+    lacks="a custom speculative proposer knowing which request each token row holds",
+    assumes=(
+        Assumption(
+            f"{_RUNNER}:GPUModelRunner.propose_draft_token_ids",
+            "(self, scheduler_output, sampled_token_ids, sampling_metadata, hidden_states, sample_hidden_states, "
+            "aux_hidden_states, spec_decode_metadata, common_attn_metadata, slot_mappings)",
+        ),
+        Assumption(f"{_RUNNER}:GPUModelRunner", members=("input_batch", "requests", "drafter")),
+        Assumption("vllm.v1.worker.gpu_input_batch:InputBatch", members=("req_ids",)),
+        Assumption(
+            "vllm.v1.worker.gpu_input_batch:CachedRequestState", members=("sampling_params", "num_prompt_tokens")
+        ),
+        Assumption("vllm.v1.spec_decode.custom_class_proposer:create_custom_proposer", "(vllm_config)"),
+    ),
+    install=_install_forced_drafts,
+)
+
+
 #: Every patch, in the order they install.
-PATCHES: tuple[Patch, ...] = (LLGUIDANCE_GRAMMARS, INLINE_GRAMMAR_INIT, CPU_BITMASK, CPU_GENERATOR_OFFSETS)
+PATCHES: tuple[Patch, ...] = (
+    LLGUIDANCE_GRAMMARS,
+    INLINE_GRAMMAR_INIT,
+    CPU_BITMASK,
+    CPU_GENERATOR_OFFSETS,
+    FORCED_DRAFTS,
+)
 
 
 def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:

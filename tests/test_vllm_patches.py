@@ -113,6 +113,29 @@ def test_seeded_cpu_generators_survive_vllms_rewind(installed) -> None:
     assert torch.equal(first, torch.rand(3, generator=torch.Generator().manual_seed(11)))
 
 
+def test_the_forced_token_proposer_is_handed_the_batch_before_it_proposes(installed) -> None:
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    seen: list[object] = []
+
+    class Drafter:
+        def bind_batch(self, input_batch: object, requests: object) -> None:
+            seen.append(("bind", input_batch, requests))
+
+        def propose(self, sampled, num_tokens_no_spec, token_ids_cpu, slot_mappings=None) -> list[list[int]]:
+            seen.append(("propose", sampled))
+            return [[7, 8]]
+
+    batch = SimpleNamespace(req_ids=["r"], num_tokens_no_spec=np.array([3]), token_ids_cpu=np.zeros((1, 4)))
+    requests = {"r": object()}
+    spec_config = SimpleNamespace(method="custom_class")
+    runner = SimpleNamespace(drafter=Drafter(), input_batch=batch, requests=requests, speculative_config=spec_config)
+    scheduler_output = SimpleNamespace(total_num_scheduled_tokens=1, num_spec_tokens_to_schedule=2)
+    drafts = GPUModelRunner.propose_draft_token_ids(runner, scheduler_output, [[5]], *[None] * 7)
+    assert drafts == [[7, 8]]
+    assert seen == [("bind", batch, requests), ("propose", [[5]])]
+
+
 def test_another_vllm_release_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vllm_plugin, "vllm_version", lambda: "0.33.1")
     monkeypatch.setattr(vllm_plugin, "_registered", False)

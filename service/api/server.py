@@ -62,6 +62,7 @@ def serve(args: argparse.Namespace) -> int:
                 tensor_parallel_size=args.tensor_parallel_size,
                 data_parallel_size=args.data_parallel_size,
                 reasoning_parser=args.reasoning_parser,
+                forced_drafts=args.forced_drafts,
             ),
             limits=Limits(compile_timeout_s=args.compile_timeout),
             compile_workers=args.compile_workers,
