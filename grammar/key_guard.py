@@ -17,6 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from tokenmold.grammar.rows import clear_tokens
+
 
 class TokenIndex:
     """Token bytes by id, and the tokens that contain a quote: only those can close a key (163 of
@@ -69,6 +73,10 @@ class KeyGuard:
                     out.append(token)
                     break
         return out
+
+    def restrict(self, words: np.ndarray) -> None:
+        """Clear, in one bitmask row the grammar filled, the bits of the ``forbidden`` tokens."""
+        clear_tokens(words, np.array(self.forbidden(), dtype=np.int64))
 
     def _copy(self) -> KeyGuard:
         stack = [None if frame is None else _Object(set(frame.keys), frame.expects_key) for frame in self._stack]

@@ -12,11 +12,10 @@ accepted whatever the sampling options.
 The proposer runs in the model runner, which knows token rows but not which request a row holds:
 the ``forced-drafts`` patch (``service/vllm_plugin.py``) hands it the runner's batch and requests
 before each proposal. It follows each request with its own copy of the grammar (parsed once per
-grammar text, as the engine's own), fed with the tokens the request accepted.
-
-Requests whose grammar runs engine-side masks next to llguidance (the duplicate-key guard, the
-length guard, budget fitting) get no drafts: vLLM rolls a grammar back after checking drafts, and
-those masks follow the accepted tokens without a rollback.
+grammar text, as the engine's own), fed with the tokens the request accepted. The drafts come from
+llguidance alone; the engine-side masks next to it (the duplicate-key guard, the length guard,
+budget fitting) still apply at every drafted position, and follow vLLM's rollback of the grammar
+after the check (``vllm_plugin._beside``).
 """
 
 from __future__ import annotations
@@ -93,14 +92,14 @@ class ForcedTokenProposer:
         return drafts
 
     def _follow(self, req_id: str) -> _Follower | None:
-        """A follower for a request with an llguidance grammar and no engine-side masks, else None
-        (remembered, so a request is looked at once)."""
+        """A follower for a request with an llguidance grammar, else None (remembered, so a request
+        is looked at once)."""
         follower = None
         state: Any = self._requests.get(req_id)
         params = getattr(state, "sampling_params", None)
         grammar = getattr(getattr(params, "structured_outputs", None), "grammar", None)
         spec = LlguidanceSpec.read(grammar) if isinstance(grammar, str) else None
-        if spec is not None and not (spec.unique_keys or spec.bounds or spec.fit):
+        if spec is not None:
             matcher = self._matcher(spec.grammar, spec.forced)
             if matcher is not None:
                 follower = _Follower(matcher, int(state.num_prompt_tokens))

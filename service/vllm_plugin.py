@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
 
@@ -453,24 +453,13 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
         ll_tokenizer = backend._tokenmold_llguidance[0]
         tokens = ((token, ll_tokenizer.decode_bytes([token])) for token in range(ll_tokenizer.vocab_size))
         index = backend._tokenmold_key_index = TokenIndex(tokens)
-    guard = KeyGuard(index)
-    guard.feed_tokens(forced)
-    accept, fill = grammar.accept_tokens, grammar.fill_bitmask
 
-    def accept_tokens(request_id: str, tokens: list[int]) -> bool:
-        accepted = accept(request_id, tokens)
-        if accepted:
-            guard.feed_tokens(tokens)
-        return bool(accepted)
+    def start() -> KeyGuard:
+        guard = KeyGuard(index)
+        guard.feed_tokens(forced)
+        return guard
 
-    def fill_bitmask(bitmask: Any, idx: int) -> None:
-        fill(bitmask, idx)
-        for token in guard.forbidden():
-            word = int(bitmask[idx, token >> 5]) & ~(1 << (token & 31)) & 0xFFFFFFFF
-            bitmask[idx, token >> 5] = word - (1 << 32) if word >= 1 << 31 else word
-
-    grammar.accept_tokens = accept_tokens
-    grammar.fill_bitmask = fill_bitmask
+    _beside(grammar, "the duplicate-key guard", start, KeyGuard.feed_tokens, KeyGuard.restrict)
 
 
 #: Shapes whose schema state (the length guard's ``BoundSchema``, budget fitting's ``Fitting``) an
@@ -511,9 +500,14 @@ def _bound_lengths(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     if spec.bounds is None:
         return
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
-    guard = LengthGuard(schemas(spec.bounds, BoundSchema), table)
-    guard.feed(spec.forced)
-    _beside(grammar, "the length guard", guard.feed, guard.restrict)
+    schema = schemas(spec.bounds, BoundSchema)
+
+    def start() -> LengthGuard:
+        guard = LengthGuard(schema, table)
+        guard.feed(spec.forced)
+        return guard
+
+    _beside(grammar, "the length guard", start, LengthGuard.feed, LengthGuard.restrict)
 
 
 def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
@@ -531,46 +525,75 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
         return
     table, fittings = _per_schema(backend, "_tokenmold_fit", TokenTable.from_llguidance)
     fitting = fittings(fit.schema, lambda text: Fitting(json.loads(text), table))
-    detector = RepetitionGuard(*fit.guard).detector() if fit.guard else None
-    fitter = Fitter(fitting, fit.budget, detector=detector)
-    fitter.feed_prefix(spec.forced)
 
-    def feed(tokens: list[int]) -> None:
-        for token in tokens:
-            fitter.accept(token)
+    def start() -> Fitter:
+        detector = RepetitionGuard(*fit.guard).detector() if fit.guard else None
+        fitter = Fitter(fitting, fit.budget, detector=detector)
+        fitter.feed_prefix(spec.forced)
+        return fitter
 
-    _beside(grammar, "budget fitting", feed, fitter.restrict)
+    _beside(grammar, "budget fitting", start, Fitter.feed, Fitter.restrict)
 
 
-def _beside(grammar: Any, name: str, feed: Callable[[list[int]], None], restrict: Callable[[Any], Any]) -> None:
-    """Wrap ``grammar`` so that a mask runs next to it: ``feed`` gets the tokens it accepts,
-    ``restrict`` each row (a numpy view) after the grammar and the masks wrapped before filled it.
-    An error in the mask runs in the engine's step, where it would fail every request on the
-    engine: it is logged, the row stays as it was, and this request goes on without the mask."""
-    accept, fill = grammar.accept_tokens, grammar.fill_bitmask
+_Mask = TypeVar("_Mask")
+
+
+def _beside(
+    grammar: Any,
+    name: str,
+    start: Callable[[], _Mask],
+    feed: Callable[[_Mask, list[int]], Any],
+    restrict: Callable[[_Mask, Any], Any],
+) -> None:
+    """Wrap ``grammar`` so that a mask runs next to it: ``start`` builds its state at the output's
+    start (after the forced tokens), ``feed`` gives it the tokens the grammar accepts, ``restrict``
+    each row (a numpy view) after the grammar and the masks wrapped before filled it.
+
+    vLLM accepts speculative drafts on the grammar to fill their rows, then rolls it back
+    (``--forced-drafts``): the mask is then rebuilt from the tokens still accepted (a replay; only
+    steps with drafts pay it). An error in the mask runs in the engine's step, where it would fail
+    every request on the engine: it is logged, the row stays as it was, and this request goes on
+    without the mask."""
+    accept, fill, roll_back = grammar.accept_tokens, grammar.fill_bitmask, grammar.rollback
     failed: list[BaseException] = []
+    accepted_tokens: list[int] = []
+    state = [start()]
+
+    def guarded(step: Callable[[], Any]) -> None:
+        if not failed:
+            try:
+                step()
+            except Exception as exc:
+                _mask_failed(name, failed, exc)
 
     def accept_tokens(request_id: str, tokens: list[int]) -> bool:
         accepted = accept(request_id, tokens)
-        if accepted and not failed:
-            try:
-                feed(tokens)
-            except Exception as exc:
-                _mask_failed(name, failed, exc)
+        if accepted:
+            accepted_tokens.extend(tokens)
+            guarded(lambda: feed(state[0], tokens))
         return bool(accepted)
+
+    def restart() -> None:
+        state[0] = start()
+        feed(state[0], accepted_tokens)
+
+    def rollback(num_tokens: int) -> None:
+        roll_back(num_tokens)
+        if num_tokens > 0:
+            del accepted_tokens[len(accepted_tokens) - num_tokens :]
+            guarded(restart)
 
     def fill_bitmask(bitmask: Any, idx: int) -> None:
         fill(bitmask, idx)
         if not failed:
             row = bitmask[idx].numpy()
             before = row.copy()
-            try:
-                restrict(row)
-            except Exception as exc:
+            guarded(lambda: restrict(state[0], row))
+            if failed:
                 row[:] = before
-                _mask_failed(name, failed, exc)
 
     grammar.accept_tokens = accept_tokens
+    grammar.rollback = rollback
     grammar.fill_bitmask = fill_bitmask
 
 

@@ -109,9 +109,9 @@ def test_the_guarded_mask_keeps_llguidances_bounded_mask_and_every_walk_ends_val
     assert completed >= 8 and compared >= 50
 
 
-def test_the_engine_runs_the_same_guard_as_the_in_process_matcher(vocab) -> None:
-    """The plugin's path without the engine: ``_bound_lengths`` wraps the engine's grammar and
-    fills the rows the in-process matcher fills, forced prefix included."""
+def _engine_and_local(vocab):
+    """The engine's grammar wrapped by the plugin's ``_bound_lengths`` and the in-process matcher,
+    both past the forced prefix ``{"text":"``."""
     from types import SimpleNamespace
 
     from tokenmold.service.vllm_plugin import _bound_lengths, _compile_llguidance
@@ -126,10 +126,20 @@ def test_the_engine_runs_the_same_guard_as_the_in_process_matcher(vocab) -> None
     local = compiled.matcher()
     for token in forced:
         assert local.accept_token(token)
+    return engine, local
+
+
+#: 43 characters: past the bound of 40.
+FOX = "The quick brown fox jumps over the lazy dog"
+
+
+def test_the_engine_runs_the_same_guard_as_the_in_process_matcher(vocab) -> None:
+    """The plugin's path without the engine: the wrapped grammar fills the rows the in-process
+    matcher fills, forced prefix included."""
+    engine, local = _engine_and_local(vocab)
     rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
-    text = "The quick brown fox jumps over the lazy dog"  # 43 characters: past the bound of 40
     refused = None
-    for token in vocab.encode(text):
+    for token in vocab.encode(FOX):
         engine.fill_bitmask(rows, 0)
         local.fill_next_token_bitmask(rows, 1)
         assert torch.equal(rows[0], rows[1])
@@ -138,3 +148,21 @@ def test_the_engine_runs_the_same_guard_as_the_in_process_matcher(vocab) -> None
             break
         assert local.accept_token(token) and engine.accept_tokens("r", [token])
     assert refused is not None, "the 43-character text was let through a maxLength of 40"
+
+
+def test_the_engine_guard_follows_vllms_rollback_of_drafts(vocab) -> None:
+    """``--forced-drafts``: vLLM accepts draft tokens on the grammar to fill their rows, then rolls
+    it back; the guard must forget them (its rows then equal those of a matcher that never saw
+    them), or the next drafts would be counted against the bound twice."""
+    engine, local = _engine_and_local(vocab)
+    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    tokens = vocab.encode(FOX)
+    for i, token in enumerate(tokens[:-4]):
+        drafts = tokens[i : i + 3]
+        assert engine.accept_tokens("r", drafts)  # the scheduler fills the drafts' rows...
+        engine.fill_bitmask(rows, 0)
+        engine.rollback(len(drafts))  # ...and rolls them back
+        engine.fill_bitmask(rows, 0)
+        local.fill_next_token_bitmask(rows, 1)
+        assert torch.equal(rows[0], rows[1])
+        assert local.accept_token(token) and engine.accept_tokens("r", [token])

@@ -43,6 +43,7 @@ RATING = {
     "required": ["status", "score"],
     "additionalProperties": False,
 }
+BOUNDED = {**SCHEMA, "properties": {**SCHEMA["properties"], "name": {"type": "string", "maxLength": 12}}}
 QUESTION = "Grace Hopper is an active member; tags: navy, cobol. Answer as JSON."
 
 
@@ -88,19 +89,23 @@ def test_the_proposer_drafts_what_the_grammar_forces(vocab) -> None:
     assert proposer.propose([[more[-1]]], np.array([total]), rows) == [[]]
 
 
-def test_no_drafts_for_a_grammar_with_engine_side_masks_or_a_chunked_prefill(vocab) -> None:
+def test_drafts_per_row_and_none_for_a_chunked_prefill_or_a_grammar_free_request(vocab) -> None:
     bounded = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 5}}, "required": ["a"]}
     proposer = _proposer(vocab)
-    batch = SimpleNamespace(req_ids=["bounded", "plain", None])
-    requests = {"bounded": _request(_spec(vocab, bounded), 1), "plain": _request(_spec(vocab, SCHEMA), 1)}
+    batch = SimpleNamespace(req_ids=["bounded", "plain", "free", None])
+    free = SimpleNamespace(sampling_params=SimpleNamespace(structured_outputs=None), num_prompt_tokens=1)
+    requests = {"bounded": _request(_spec(vocab, bounded), 1), "plain": _request(_spec(vocab, SCHEMA), 1), "free": free}
     proposer.bind_batch(batch, requests)
-    rows = np.zeros((3, 8), dtype=np.int64)
-    # The bounded request's length guard cannot roll back; the plain one is still in its prefill.
-    assert proposer.propose([[5], [], []], np.array([1, 1, 0]), rows) == [[], [], []]
+    rows = np.zeros((4, 8), dtype=np.int64)
+    # The bounded request's length guard rolls back with the grammar: it gets drafts too. The plain
+    # one is still in its prefill (nothing sampled); the free one has no grammar.
+    drafts = proposer.propose([[5], [], [5], []], np.array([1, 1, 1, 0]), rows)
+    assert '{"a":"'.startswith(_text(vocab, drafts[0])) and drafts[0]
+    assert drafts[1:] == [[], [], []]
     proposer.bind_batch(SimpleNamespace(req_ids=["plain"]), requests)
     drafts = proposer.propose([[5]], np.array([1]), rows)[0]
     assert 0 < len(drafts) <= 4 and '{"name":"'.startswith(_text(vocab, drafts))
-    assert set(proposer._followers) == {"plain"}  # the bounded request left the batch: forgotten
+    assert set(proposer._followers) == {"plain"}  # the others left the batch: forgotten
 
 
 @pytest.fixture(scope="module")
@@ -139,6 +144,18 @@ async def test_a_drafting_server_answers_through_the_openai_sdk(drafting_server:
     call = calls.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")
+    # Budget fitting and a bounded string: masks beside the grammar that follow vLLM's rollback.
+    fitted = await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": QUESTION}],
+        response_format={"type": "json_schema", "json_schema": {"name": "member", "schema": BOUNDED}},
+        temperature=0,
+        max_tokens=16,
+        extra_body={"budget": "fit"},
+    )
+    assert fitted.choices[0].model_extra["validation"]["status"] in ("accepted", "fitted")
+    member = json.loads(fitted.choices[0].message.content)
+    assert len(member["name"]) <= 12 and member["status"] in ("active_member", "former_member")
     # Streamed, two sampled answers: a step may now bring several tokens; each answer is whole.
     stream = await client.chat.completions.create(
         model=MODEL,

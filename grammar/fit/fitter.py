@@ -167,6 +167,10 @@ class Fitter:
         for token in tokens:
             self.tracker = self.tracker.feed(self.fitting.table.by_id[token])
 
+    def feed(self, tokens: Iterable[int]) -> None:
+        for token in tokens:
+            self.accept(token)
+
     def accept(self, token: int) -> None:
         self.tracker = self.tracker.after_token(self.fitting.table, token)
         self.left -= 1

@@ -14,10 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing
-from tokenmold.grammar.rows import clear_tokens
 
 if TYPE_CHECKING:
     from tokenmold.grammar.backends.base import Matcher
@@ -78,7 +75,7 @@ def replay(
             break
         matcher.fill_next_token_bitmask(bitmask, 0)
         if guard is not None:
-            clear_tokens(words, np.array(guard.forbidden(), dtype=np.int64))
+            guard.restrict(words)
         fitter.restrict(words)
         if not matcher.accept_token(token):
             break

@@ -11,9 +11,8 @@ jump-forward already takes as prompt): the drafts can only speed up those. It al
 answers identical token for token to the undrafted engine's and the accepted verdicts of both:
 verification checks several positions in one forward pass, whose 16-bit logits are not
 bit-identical to one position per pass, so a greedy answer may part at a near tie (the sampling
-distribution is the same; the answer stays grammatical and is judged like any other). Requests
-whose grammar runs an engine-side mask (a ``maxLength`` string, an open object) get no drafts
-(``service/forced_drafts.py``); the report counts them.
+distribution is the same; the answer stays grammatical and is judged like any other). ``drafted``
+counts the requests with an llguidance grammar (only those get drafts).
 """
 
 from __future__ import annotations
@@ -142,7 +141,7 @@ async def _answer(runtime: Runtime, request: Request) -> Answer:
                 forced += 1
         if not matcher.consume_token(token):
             break
-    return Answer(tokens, accepted, forced, jumped, not (spec.unique_keys or spec.bounds or spec.fit))
+    return Answer(tokens, accepted, forced, jumped, True)
 
 
 async def _measure(drafts: int, repeats: int, batch: int, model: str | None) -> list[Workload]:
