@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import openai
@@ -116,19 +117,23 @@ def drafting_server(tmp_path_factory) -> Iterator[str]:
     assert not live.left_processes_behind
 
 
+async def _json(client: openai.AsyncOpenAI, schema: dict, **kwargs: Any) -> Any:
+    """A chat completion of ``QUESTION`` in the shape of ``schema``."""
+    return await client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": QUESTION}],
+        response_format={"type": "json_schema", "json_schema": {"name": "answer", "schema": schema}},
+        **kwargs,
+    )
+
+
 @pytest.mark.engine
 async def test_a_drafting_server_answers_through_the_openai_sdk(drafting_server: str) -> None:
     """Greedy answers with and without drafts usually agree token for token; where they part (a
     near tie: verification's logits differ in the last bits), both are grammatical: the test asks
     for the verdict and the forced enum tail, not for equality."""
     client = openai.AsyncOpenAI(base_url=f"{drafting_server}/v1", api_key="-", max_retries=0, timeout=120)
-    response = await client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": QUESTION}],
-        response_format={"type": "json_schema", "json_schema": {"name": "member", "schema": SCHEMA}},
-        temperature=0,
-        max_tokens=80,
-    )
+    response = await _json(client, SCHEMA, temperature=0, max_tokens=80)
     choice = response.choices[0]
     assert choice.model_extra["validation"]["status"] == "accepted"
     assert json.loads(choice.message.content)["status"] in ("active_member", "former_member")
@@ -145,28 +150,12 @@ async def test_a_drafting_server_answers_through_the_openai_sdk(drafting_server:
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments)["unit"] in ("celsius", "fahrenheit")
     # Budget fitting and a bounded string: masks beside the grammar that follow vLLM's rollback.
-    fitted = await client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": QUESTION}],
-        response_format={"type": "json_schema", "json_schema": {"name": "member", "schema": BOUNDED}},
-        temperature=0,
-        max_tokens=16,
-        extra_body={"budget": "fit"},
-    )
+    fitted = await _json(client, BOUNDED, temperature=0, max_tokens=16, extra_body={"budget": "fit"})
     assert fitted.choices[0].model_extra["validation"]["status"] in ("accepted", "fitted")
     member = json.loads(fitted.choices[0].message.content)
     assert len(member["name"]) <= 12 and member["status"] in ("active_member", "former_member")
     # Streamed, two sampled answers: a step may now bring several tokens; each answer is whole.
-    stream = await client.chat.completions.create(
-        model=MODEL,
-        messages=[{"role": "user", "content": QUESTION}],
-        response_format={"type": "json_schema", "json_schema": {"name": "rating", "schema": RATING}},
-        temperature=0.7,
-        seed=5,
-        n=2,
-        max_tokens=60,
-        stream=True,
-    )
+    stream = await _json(client, RATING, temperature=0.7, seed=5, n=2, max_tokens=60, stream=True)
     texts = {0: "", 1: ""}
     async for chunk in stream:
         for streamed in chunk.choices:
