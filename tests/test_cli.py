@@ -78,7 +78,7 @@ def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
 
 @pytest.mark.engine
 def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> None:
-    """A small run of the end-to-end bench as a user runs it (in-process and through `serve`, interleaved):
+    """A small run of the end-to-end bench as a user runs it (in-process and over HTTP, interleaved):
     the figures are not asserted on, only that every one is measured; equal token counts on every
     side are enforced by the bench itself (it fails otherwise)."""
     out = tmp_path / "e2e.json"

@@ -9,11 +9,13 @@ applied first by vLLM), through tokenmold with the same layout but unbounded str
 plus time to first token with a cold and a warm grammar cache, and what jump-forward gives on a
 one-tool call (latency with and without taking the forced prefix as prompt); each figure is the
 median of ``--repeats`` runs, the modes interleaved. The same constrained workload also goes
-through a ``tokenmold serve`` on loopback (B concurrent ``/v1/chat/completions`` requests), started
-next to the in-process engine and run as one more interleaved mode, so that both meet the same
-moments of the machine (run one after the other, the sign of the difference followed the order):
-the service's overhead is what HTTP, validation and serialization cost on top of in-process
-generation, reported from the medians and per repeat.
+through the HTTP server (B concurrent ``/v1/chat/completions`` requests over loopback, the app of
+``tokenmold serve`` under uvicorn on this process's event loop and on the same engine), run as one
+more interleaved mode: the service's overhead is what HTTP, request translation, validation and
+serialization cost on top of in-process generation, reported from the medians and per repeat. The
+client runs in this process too, so its own parsing is counted against the server. (A first
+version started a second ``tokenmold serve``: two engines on the same cores made one repeat's
+overhead swing by ±10 points.)
 """
 
 from __future__ import annotations
@@ -70,10 +72,6 @@ TOOL_CALL_SCHEMA: dict[str, Any] = {
     "required": ["name", "arguments"],
     "additionalProperties": False,
 }
-
-#: Seconds between a run on one engine and a run on the other: a vLLM worker keeps polling its
-#: queue for 1 s after its last step (``SpinCondition``), which would take cores from the next run.
-SETTLE_S = 1.5
 
 #: In-process modes, run in this order within each repeat, and the schema tokenmold constrains with.
 MODES = ("unconstrained", "tokenmold", "tokenmold-unbounded", "vllm-json")
@@ -157,12 +155,6 @@ async def _ttft_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
-    async with contextlib.AsyncExitStack() as stack:
-        http = None if args.no_http else await stack.enter_async_context(_served(args))
-        return await _in_process(args, http)
-
-
-async def _in_process(args: argparse.Namespace, http: _Http | None) -> dict[str, Any]:
     from tokenmold.service.engine import EngineConfig
 
     # The repetition guard is off: every output must run to --max-tokens for a like-for-like
@@ -178,50 +170,55 @@ async def _in_process(args: argparse.Namespace, http: _Http | None) -> dict[str,
     )
     try:
         runtime.start_engine()
-        await runtime.compile(Shape.from_json_schema(LONG_SCHEMA), CompileOptions())
-        for mode in MODES:  # warm-up: first-request costs off the clock
-            await _run_batch(runtime, 2, 8, mode)
-        if http is not None:
-            await http.run_batch(2, 8)
-        report: dict[str, Any] = {}
-        for batch in args.batch:
-            # Modes interleaved, each run --repeats times, the median kept: a slow moment of the
-            # machine then lands on every mode alike instead of on one.
-            runs: dict[str, list[float]] = {mode: [] for mode in (*MODES, "http")}
-            for _ in range(args.repeats):
-                for mode in MODES:
-                    runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
-                if http is not None:
-                    await asyncio.sleep(SETTLE_S)
-                    runs["http"].append(await http.run_batch(batch, args.max_tokens))
-                    await asyncio.sleep(SETTLE_S)
-            row = {f"{mode.replace('-', '_')}_tok_s": round(statistics.median(runs[mode]), 1) for mode in MODES}
-            report[str(batch)] = {
-                "unconstrained_tok_s": row["unconstrained_tok_s"],
-                "constrained_tok_s": row["tokenmold_tok_s"],
-                "vllm_builtin_tok_s": row["vllm_json_tok_s"],
-                "unbounded_tok_s": row["tokenmold_unbounded_tok_s"],
-                "ratio": round(row["tokenmold_tok_s"] / row["unconstrained_tok_s"], 3),
-                "unbounded_ratio": round(row["tokenmold_unbounded_tok_s"] / row["unconstrained_tok_s"], 3),
-                "vllm_builtin_ratio": round(row["vllm_json_tok_s"] / row["unconstrained_tok_s"], 3),
-            }
-            if http is not None:
-                http_tok_s = round(statistics.median(runs["http"]), 1)
-                report[str(batch)] |= {
-                    "http_constrained_tok_s": http_tok_s,
-                    "http_overhead": round(1 - http_tok_s / row["tokenmold_tok_s"], 3),
-                    # Each repeat's HTTP run against the in-process run just before it.
-                    "http_overhead_runs": [
-                        round(1 - h / c, 3) for h, c in zip(runs["http"], runs["tokenmold"], strict=True)
-                    ],
-                }
-        report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
-        report["jump_forward"] = await _jump_figures(runtime, args.ttft_repeats)
-        report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
-        report["max_tokens"] = args.max_tokens
-        report["repeats"] = args.repeats
+        async with contextlib.AsyncExitStack() as stack:
+            http = None if args.no_http else await stack.enter_async_context(_served(runtime))
+            return await _figures(args, runtime, http)
     finally:
         runtime.shutdown()
+
+
+async def _figures(args: argparse.Namespace, runtime: Runtime, http: _Http | None) -> dict[str, Any]:
+    """Every figure of the report, on the started ``runtime`` (and its HTTP server, if any)."""
+    await runtime.compile(Shape.from_json_schema(LONG_SCHEMA), CompileOptions())
+    for mode in MODES:  # warm-up: first-request costs off the clock
+        await _run_batch(runtime, 2, 8, mode)
+    if http is not None:
+        await http.run_batch(2, 8)
+    report: dict[str, Any] = {}
+    for batch in args.batch:
+        # Modes interleaved, each run --repeats times, the median kept: a slow moment of the
+        # machine then lands on every mode alike instead of on one.
+        runs: dict[str, list[float]] = {mode: [] for mode in (*MODES, "http")}
+        for _ in range(args.repeats):
+            for mode in MODES:
+                runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
+            if http is not None:
+                runs["http"].append(await http.run_batch(batch, args.max_tokens))
+        row = {f"{mode.replace('-', '_')}_tok_s": round(statistics.median(runs[mode]), 1) for mode in MODES}
+        report[str(batch)] = {
+            "unconstrained_tok_s": row["unconstrained_tok_s"],
+            "constrained_tok_s": row["tokenmold_tok_s"],
+            "vllm_builtin_tok_s": row["vllm_json_tok_s"],
+            "unbounded_tok_s": row["tokenmold_unbounded_tok_s"],
+            "ratio": round(row["tokenmold_tok_s"] / row["unconstrained_tok_s"], 3),
+            "unbounded_ratio": round(row["tokenmold_unbounded_tok_s"] / row["unconstrained_tok_s"], 3),
+            "vllm_builtin_ratio": round(row["vllm_json_tok_s"] / row["unconstrained_tok_s"], 3),
+        }
+        if http is not None:
+            http_tok_s = round(statistics.median(runs["http"]), 1)
+            report[str(batch)] |= {
+                "http_constrained_tok_s": http_tok_s,
+                "http_overhead": round(1 - http_tok_s / row["tokenmold_tok_s"], 3),
+                # Each repeat's HTTP run against the in-process run just before it.
+                "http_overhead_runs": [
+                    round(1 - h / c, 3) for h, c in zip(runs["http"], runs["tokenmold"], strict=True)
+                ],
+            }
+    report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
+    report["jump_forward"] = await _jump_figures(runtime, args.ttft_repeats)
+    report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
+    report["max_tokens"] = args.max_tokens
+    report["repeats"] = args.repeats
     return report
 
 
@@ -258,7 +255,7 @@ async def _jump_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
 
 @dataclass
 class _Http:
-    """The constrained workload through a live ``tokenmold serve`` (same engine settings)."""
+    """The constrained workload through the HTTP server on the same engine."""
 
     client: Any
     model: str
@@ -286,23 +283,36 @@ class _Http:
 
 
 @contextlib.asynccontextmanager
-async def _served(args: argparse.Namespace) -> AsyncIterator[_Http]:
-    import tempfile
+async def _served(runtime: Runtime) -> AsyncIterator[_Http]:
+    """``tokenmold serve``'s app for ``runtime`` under uvicorn on a free loopback port, on this
+    event loop (the engine is started already: the app's lifespan, which would start and stop it,
+    stays off)."""
+    import socket
 
     import httpx
+    import uvicorn
 
-    from tokenmold.service.bench.live_server import LiveServer
+    from tokenmold.service.api.app import create_app
+    from tokenmold.service.api.settings import ServerSettings
 
-    serve_args = [
-        *("--max-num-seqs", str(max(args.batch)), "--log-level", "warning"),
-        *("--repetition-guard", "off", "--no-budget-floor"),
-    ]
-    if args.model:
-        serve_args += ["--model", args.model]
-    with tempfile.TemporaryDirectory() as folder, LiveServer(*serve_args, log=Path(folder) / "serve.log") as server:
-        limits = httpx.Limits(max_connections=max(args.batch) + 4)
-        async with httpx.AsyncClient(base_url=server.url, timeout=600, limits=limits) as client:
-            yield _Http(client, server.model_id())
+    model = Path(runtime.model.path).name
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(runtime, ServerSettings(model_name=model)), port=port, log_level="warning", lifespan="off"
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            await asyncio.sleep(0.05)
+        limits = httpx.Limits(max_connections=256)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits) as client:
+            yield _Http(client, model)
+    finally:
+        server.should_exit = True
+        await serving
 
 
 def run_e2e(argv: list[str] | None = None) -> int:
