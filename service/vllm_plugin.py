@@ -409,6 +409,9 @@ def _install_forced_drafts() -> None:
             bind(self.input_batch, self.requests)
         return original(self, *args, **kwargs)
 
+    # The assumption check (re-run once installed, e.g. by an engine started in-process) reads the
+    # signature through __wrapped__: the original's.
+    propose_draft_token_ids.__wrapped__ = original  # type: ignore[attr-defined]
     GPUModelRunner.propose_draft_token_ids = propose_draft_token_ids
 
 

@@ -26,7 +26,9 @@ def installed() -> None:
 
 
 @pytest.mark.parametrize("patch", PATCHES, ids=lambda p: p.name)
-def test_what_each_patch_assumes_about_vllm_holds(patch: Patch) -> None:
+def test_what_each_patch_assumes_about_vllm_holds(installed, patch: Patch) -> None:
+    """Checked with the patches installed, as in a process that started an engine already (the
+    check reads a wrapper's signature through ``__wrapped__``)."""
     assert patch.lacks and patch.assumes
     assert [a.mismatch() for a in patch.assumes] == [None] * len(patch.assumes)
 
