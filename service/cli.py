@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenmold.service.errors import BadInput
+
 if TYPE_CHECKING:
     from tokenmold.service.repetition import RepetitionGuard
 
@@ -36,10 +38,6 @@ _STATUS_EXIT = {
     "invalid": EXIT_INVALID,
     "fitted": EXIT_FITTED,
 }
-
-
-class BadInput(Exception):
-    """Anything the caller got wrong: reported as one line, exit code 2."""
 
 
 def main(argv: list[str] | None = None) -> int:

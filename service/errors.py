@@ -9,6 +9,12 @@ from __future__ import annotations
 from tokenmold.schemas.openai import ChoiceVerdict
 
 
+class BadInput(Exception):
+    """Anything a command-line caller got wrong: reported as one line, exit code 2. Defined here,
+    not in ``cli.py``, so that ``python -m tokenmold.service.cli`` (where that module is
+    ``__main__``) catches the same class the commands raise."""
+
+
 class RequestError(Exception):
     """The request itself is unusable (a 4xx): too long a prompt, conflicting options."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -74,6 +75,18 @@ def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
     proc = _run("generate", "--schema", str(bad), "--prompt", "x", timeout=120)
     assert proc.returncode == 2 and "schema is not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_serve_on_a_taken_port_exits_2_before_starting_the_engine() -> None:
+    """The port is bound first: a taken one is one line and exit 2, not an engine start and a crash."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = _run("serve", "--port", str(port), timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"tokenmold: error: cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+    assert "Traceback" not in proc.stderr and "EngineCore" not in proc.stderr
 
 
 @pytest.mark.engine

@@ -1,13 +1,16 @@
 """``tokenmold serve``: build the runtime from the command line and run the app under uvicorn.
 
 The uvicorn server is wrapped so that SIGTERM drains (``lifecycle.py``) instead of stopping at once,
-and so that a dead engine process stops the server with exit status 1.
+and so that a dead engine process stops the server with exit status 1. The listening socket is bound
+before the engine starts (as vLLM's own API server does): the engine and its workers open ephemeral
+ports of their own while they start, and one of them could otherwise take the port meanwhile.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -17,6 +20,7 @@ import uvicorn
 from tokenmold.grammar import Limits
 from tokenmold.service.api.lifecycle import Lifecycle
 from tokenmold.service.engine import EngineConfig
+from tokenmold.service.errors import BadInput
 from tokenmold.service.runtime import Runtime, RuntimeConfig
 
 
@@ -49,10 +53,28 @@ class _Server(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+#: The start of the error ``serve`` exits with when its port is taken (test harnesses retry on it).
+PORT_TAKEN = "cannot listen on"
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The server's socket, bound now; a port already taken is the caller's error (exit status 2)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise BadInput(f"{PORT_TAKEN} {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
 def serve(args: argparse.Namespace) -> int:
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
 
+    sock = _listen(args.host, args.port)
     runtime = Runtime(
         RuntimeConfig(
             engine=EngineConfig(
@@ -92,7 +114,8 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
     )
     try:
-        _Server(config, lifecycle, lambda: runtime.engine_dead).run()
+        _Server(config, lifecycle, lambda: runtime.engine_dead).run(sockets=[sock])
     finally:
-        runtime.shutdown()  # also when uvicorn fails before the app's own shutdown (port taken)
+        runtime.shutdown()  # also when uvicorn fails before the app's own shutdown
+        sock.close()
     return lifecycle.exit_code

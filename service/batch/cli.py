@@ -23,7 +23,8 @@ from tokenmold.service.batch.jobs import BatchInput, ExtractSpec, read_documents
 from tokenmold.service.batch.progress import ProgressBar, Tally
 from tokenmold.service.batch.results import CorruptResults, ExtractFormat, LineFormat, OpenAIFormat, ResultFile
 from tokenmold.service.batch.runner import DEFAULT_CONCURRENCY, run_jobs
-from tokenmold.service.cli import EXIT_BAD_INPUT, EXIT_INTERNAL, BadInput, _one_line, _read
+from tokenmold.service.cli import EXIT_BAD_INPUT, EXIT_INTERNAL, _one_line, _read
+from tokenmold.service.errors import BadInput
 
 
 def add_commands(sub: Any) -> None:

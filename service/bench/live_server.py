@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+_PORT_ATTEMPTS = 3
 
 
 class ServerFailed(RuntimeError):
@@ -45,6 +46,16 @@ class LiveServer:
         self.left_processes_behind = False
 
     def __enter__(self) -> LiveServer:
+        for _ in range(_PORT_ATTEMPTS):
+            if self._start():
+                return self
+            # Another process took the free port between free_port() and the server's bind.
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+        raise ServerFailed(f"no free port after {_PORT_ATTEMPTS} attempts:\n{self._tail()}")
+
+    def _start(self) -> bool:
+        """Start the server and wait until it is healthy; False if its port was taken meanwhile."""
         command = [sys.executable, "-m", "tokenmold.service.cli", "serve", "--port", str(self.port), *self._args]
         with open(self.log, "wb") as out:
             self._proc = subprocess.Popen(
@@ -54,10 +65,14 @@ class LiveServer:
         while True:
             if self._proc.poll() is not None:
                 self._stop()
+                from tokenmold.service.api.server import PORT_TAKEN
+
+                if PORT_TAKEN in self._tail():
+                    return False
                 raise ServerFailed(f"the server exited with {self._proc.returncode}:\n{self._tail()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return self
+                    return True
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
