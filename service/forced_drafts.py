@@ -20,15 +20,11 @@ after the check (``vllm_plugin._beside``).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from tokenmold.grammar.backends.base import LlguidanceSpec
-
-#: Parsed grammars kept per worker, as the engine's own prototype cache.
-PROTOTYPE_CACHE_SIZE = 256
+from tokenmold.service.llguidance_prototypes import MatcherPrototypes
 
 
 @dataclass
@@ -57,12 +53,10 @@ class ForcedTokenProposer:
         self.k = int(vllm_config.speculative_config.num_speculative_tokens)
         self._model_config = vllm_config.model_config
         self._vocab_size = int(vllm_config.model_config.get_vocab_size())
-        self._ll_tokenizer: Any = None
-        self._prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
+        self._prototypes: MatcherPrototypes | None = None
         self._followers: dict[str, _Follower | None] = {}
         self._batch: Any = None
         self._requests: dict[str, Any] = {}
-        self._lock = threading.Lock()
 
     def load_model(self, *args: Any, **kwargs: Any) -> None:
         """No draft model: the grammar is the drafter."""
@@ -107,29 +101,14 @@ class ForcedTokenProposer:
         return follower
 
     def _matcher(self, grammar: str, forced: tuple[int, ...]) -> Any:
-        """A fresh copy of the parsed grammar, past the ``forced`` tokens the prompt ends with."""
-        import llguidance
-
-        key = (grammar, forced)
-        with self._lock:
-            prototype = self._prototypes.get(key)
-            if prototype is None:
-                prototype = llguidance.LLMatcher(self._tokenizer(), grammar, log_level=0)
-                if forced:
-                    prototype.consume_tokens(list(forced))
-                if prototype.is_error():
-                    return None
-                self._prototypes[key] = prototype
-                if len(self._prototypes) > PROTOTYPE_CACHE_SIZE:
-                    self._prototypes.popitem(last=False)
-            self._prototypes.move_to_end(key)
-        return prototype.deep_copy()
-
-    def _tokenizer(self) -> Any:
-        if self._ll_tokenizer is None:
+        """A fresh copy of the parsed grammar, past the ``forced`` tokens the prompt ends with;
+        None where it fails (the engine's own copy reports the error)."""
+        if self._prototypes is None:
             from vllm.tokenizers import cached_tokenizer_from_config
             from vllm.v1.structured_output.backend_guidance import GuidanceBackend
 
             tokenizer = cached_tokenizer_from_config(self._model_config)
-            self._ll_tokenizer = GuidanceBackend._build_ll_tokenizer(tokenizer, self._vocab_size)
-        return self._ll_tokenizer
+            ll_tokenizer = GuidanceBackend._build_ll_tokenizer(tokenizer, self._vocab_size)
+            self._prototypes = MatcherPrototypes(ll_tokenizer, log_level=0)
+        matcher = self._prototypes.copy(grammar, forced)
+        return None if matcher.is_error() else matcher

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
+from tokenmold.service.llguidance_prototypes import MatcherPrototypes
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
 #: ``+cpu`` are ignored).
@@ -181,38 +182,19 @@ def _install_llguidance_grammars() -> None:
     backend_xgrammar.validate_xgrammar_grammar = validate_xgrammar_grammar
 
 
-#: Parsed llguidance grammars kept per engine: a repeated shape (the common case: one schema per
-#: application) is copied from its prototype instead of parsed again for every request.
-PROTOTYPE_CACHE_SIZE = 256
-
-
 def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] = ()) -> Any:
-    """A matcher for ``serialized``, past the ``forced`` tokens its request's prompt ends with."""
-    import llguidance
+    """A matcher for ``serialized``, past the ``forced`` tokens its request's prompt ends with,
+    copied from the engine's parsed prototype (``llguidance_prototypes.py``)."""
     from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
 
-    state = getattr(backend, "_tokenmold_llguidance", None)
-    if state is None:
+    prototypes = getattr(backend, "_tokenmold_llguidance", None)
+    if prototypes is None:
         ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
-        prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
-        state = backend._tokenmold_llguidance = (ll_tokenizer, prototypes, threading.Lock())
-    ll_tokenizer, prototypes, lock = state
-    key = (serialized, forced)
-    with lock:
-        prototype = prototypes.get(key)
-        if prototype is not None:
-            prototypes.move_to_end(key)
-    if prototype is None:
-        prototype = llguidance.LLMatcher(ll_tokenizer, serialized)
-        if forced and not prototype.is_error():
-            prototype.consume_tokens(list(forced))  # refused: the sticky error is reported below
-        if not prototype.is_error():  # an error is reported below, and not kept
-            with lock:
-                prototypes[key] = prototype
-                if len(prototypes) > PROTOTYPE_CACHE_SIZE:
-                    prototypes.popitem(last=False)
+        prototypes = backend._tokenmold_llguidance = MatcherPrototypes(ll_tokenizer)
     grammar = GuidanceGrammar(
-        ll_matcher=prototype.deep_copy(), ll_tokenizer=ll_tokenizer, vocab_size=backend.vocab_size
+        ll_matcher=prototypes.copy(serialized, forced),
+        ll_tokenizer=prototypes.ll_tokenizer,
+        vocab_size=backend.vocab_size,
     )
     grammar.check_error()
     return grammar
@@ -265,17 +247,13 @@ def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
     """Give ``request`` its grammar at once when its prototype is parsed already (a 1 µs copy).
     Grammars not parsed yet still go to the thread, so a slow parse never stalls the engine."""
     structured = request.structured_output_request
-    state = getattr(manager.backend, "_tokenmold_llguidance", None)
-    if structured is None or state is None:
+    prototypes = getattr(manager.backend, "_tokenmold_llguidance", None)
+    if structured is None or prototypes is None:
         return False
     request_type, spec = structured.structured_output_key
     parsed = LlguidanceSpec.read(spec) if request_type == grammar_type else None
-    if parsed is None:
+    if parsed is None or not prototypes.holds(parsed.grammar, parsed.forced):
         return False
-    _, prototypes, lock = state
-    with lock:
-        if (parsed.grammar, parsed.forced) not in prototypes:
-            return False
     structured.grammar = manager._create_grammar(request)
     return True
 
@@ -453,7 +431,7 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
 
     index = getattr(backend, "_tokenmold_key_index", None)
     if index is None:
-        ll_tokenizer = backend._tokenmold_llguidance[0]
+        ll_tokenizer = backend._tokenmold_llguidance.ll_tokenizer
         tokens = ((token, ll_tokenizer.decode_bytes([token])) for token in range(ll_tokenizer.vocab_size))
         index = backend._tokenmold_key_index = TokenIndex(tokens)
 
@@ -475,7 +453,7 @@ def _per_schema(backend: Any, attribute: str, make_table: Callable[[Any], Any]) 
     of per-schema state, kept for the last ``SCHEMA_CACHE_SIZE`` schemas, under ``attribute``."""
     state = getattr(backend, attribute, None)
     if state is None:
-        table = make_table(backend._tokenmold_llguidance[0])
+        table = make_table(backend._tokenmold_llguidance.ll_tokenizer)
         cache: OrderedDict[str, Any] = OrderedDict()
         lock = threading.Lock()
 

@@ -137,14 +137,14 @@ def test_vllm_plugin_parses_a_repeated_llguidance_grammar_once(vocab):
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
     first = _compile_llguidance(engine_backend, serialized)
     second = _compile_llguidance(engine_backend, serialized)
-    assert len(engine_backend._tokenmold_llguidance[1]) == 1  # one prototype
+    assert len(engine_backend._tokenmold_llguidance) == 1  # one prototype
     assert first.accept_tokens("a", vocab.encode("yes"))
     assert second.accept_tokens("b", vocab.encode("no"))  # independent of the first one's state
     import llguidance
 
     broken = _compile_llguidance(engine_backend, llguidance.LLMatcher.grammar_from_lark("start: undefined_rule"))
     assert broken.ll_matcher.is_error()
-    assert len(engine_backend._tokenmold_llguidance[1]) == 1  # errors are not kept
+    assert len(engine_backend._tokenmold_llguidance) == 1  # errors are not kept
 
 
 def test_vllm_plugin_gives_a_parsed_grammar_without_the_compile_thread(vocab):

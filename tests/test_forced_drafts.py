@@ -24,6 +24,7 @@ from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.service.bench.drafts import TOOLS
 from tokenmold.service.bench.live_server import LiveServer
 from tokenmold.service.forced_drafts import ForcedTokenProposer
+from tokenmold.service.llguidance_prototypes import MatcherPrototypes
 
 SCHEMA = {
     "type": "object",
@@ -54,7 +55,8 @@ def _proposer(vocab, k: int = 4) -> ForcedTokenProposer:
         model_config=SimpleNamespace(get_vocab_size=lambda: vocab.vocab_size),
     )
     proposer = ForcedTokenProposer(config)
-    proposer._ll_tokenizer = vocab.llguidance_tokenizer  # what it builds from the engine's tokenizer
+    # What it builds from the engine's tokenizer on first use.
+    proposer._prototypes = MatcherPrototypes(vocab.llguidance_tokenizer, log_level=0)
     return proposer
 
 

@@ -43,7 +43,7 @@ def test_the_engine_matcher_starts_after_the_forced_tokens(compiled, vocab) -> N
     assert jumped.ll_matcher.is_accepting()
     fresh = _compile_llguidance(engine_backend, grammar)
     assert not fresh.accept_tokens("b", rest)  # the same text from the start is refused
-    assert len(engine_backend._tokenmold_llguidance[1]) == 2  # one prototype each
+    assert len(engine_backend._tokenmold_llguidance) == 2  # one prototype each
 
 
 def _prefix(compiled, sampling: SamplingOptions, *, room: int = 1000, reasoning: bool = False, decode=None):

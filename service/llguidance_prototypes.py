@@ -1,0 +1,61 @@
+"""Parsed llguidance grammars kept per process and copied per request.
+
+A repeated shape is the common case (one schema per application): parsing its grammar again for
+every request costs milliseconds, copying a parsed matcher about a microsecond. Both users of
+llguidance inside vLLM keep such a cache: the engine core's grammar backend
+(``vllm_plugin._compile_llguidance``) and the model runner's forced-token drafter
+(``forced_drafts.ForcedTokenProposer``), each in its own process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+#: Parsed grammars kept per process (least recently used dropped first).
+PROTOTYPE_CACHE_SIZE = 256
+
+
+class MatcherPrototypes:
+    """Parsed matchers keyed by (grammar text, forced prefix); ``copy`` hands out fresh ones."""
+
+    def __init__(self, ll_tokenizer: Any, log_level: int = 1, size: int = PROTOTYPE_CACHE_SIZE) -> None:
+        self.ll_tokenizer = ll_tokenizer
+        self._log_level = log_level
+        self._size = size
+        self._prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._prototypes)
+
+    def holds(self, grammar: str, forced: tuple[int, ...] = ()) -> bool:
+        """Whether ``copy`` would be a copy now (no parse)."""
+        with self._lock:
+            return (grammar, forced) in self._prototypes
+
+    def copy(self, grammar: str, forced: tuple[int, ...] = ()) -> Any:
+        """A matcher for ``grammar`` past the ``forced`` tokens its request's prompt ends with.
+
+        A grammar that fails (or refuses its forced tokens) is not kept: the matcher returned
+        carries llguidance's sticky error for the caller to report.
+        """
+        import llguidance
+
+        key = (grammar, forced)
+        with self._lock:
+            prototype = self._prototypes.get(key)
+            if prototype is not None:
+                self._prototypes.move_to_end(key)
+        if prototype is None:  # parsed outside the lock: another grammar's copy need not wait
+            prototype = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=self._log_level)
+            if forced and not prototype.is_error():
+                prototype.consume_tokens(list(forced))
+            if prototype.is_error():
+                return prototype
+            with self._lock:
+                self._prototypes[key] = prototype
+                if len(self._prototypes) > self._size:
+                    self._prototypes.popitem(last=False)
+        return prototype.deep_copy()
