@@ -34,7 +34,7 @@ import torch
 from benchmarks.corpus import Instance, load_case, source_of
 from benchmarks.engines import BenchEngine, compile_timed, first_objection
 from benchmarks.reorder import in_closed_layout, in_schema_order
-from benchmarks.report import MAX_EXAMPLES, CompileStats, number, ratio, table
+from benchmarks.report import MAX_EXAMPLES, CompileStats, common_compile, number, ratio, table
 from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
 from tokenmold.grammar.backends.base import CompiledGrammar
 from tokenmold.service.bench.stats import percentiles
@@ -327,7 +327,10 @@ def render(stats: dict[str, MaskStats]) -> str:
                 str(s.compile.all_timeouts),
             ]
         )
-    return table(headers, rows)
+    rendered = table(headers, rows)
+    if len(stats) > 1:
+        rendered += "\n\n" + common_compile({engine: s.compile for engine, s in stats.items()})
+    return rendered
 
 
 def run_masks(argv: list[str] | None = None) -> int:

@@ -73,6 +73,11 @@ def test_masks_report(paths, tmp_path, capsys):
         assert stats["invalid_accepted_final"] <= stats["invalid_accepted_by_mask"] <= stats["invalid_tests"]
         assert sum(stats["leaks_by_keyword"].values()) == stats["invalid_accepted_by_mask"]
         assert stats["mismatches"] == 0, stats["examples"].get("mismatch")
+        assert len(stats["ttfm_ms_by_file"]) == stats["compiled"]
+    common = set.intersection(*(set(s["ttfm_ms_by_file"]) for s in report["engines"].values()))
+    compare = table.split("files all engines compiled", 1)[1].splitlines()[2:]
+    counted = {line.split()[0]: int(line.split()[1]) for line in compare if line}
+    assert counted == dict.fromkeys(ENGINE_NAMES, len(common))
     tokenmold = report["engines"]["tokenmold"]
     assert tokenmold["compiled"] == len(paths)
     # The one valid instance tokenmold refuses carries a key its object does not list ("bar ", with
