@@ -22,6 +22,7 @@ from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Verdict
 from tokenmold.service.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
+from tokenmold.service.warm_up import warm_up
 
 T = TypeVar("T")
 
@@ -81,3 +82,4 @@ class Tokenmold:
 async def _start_engine(runtime: Runtime) -> None:
     # Started on the private loop: vLLM binds its output handler to the loop it first runs on.
     runtime.start_engine()
+    await warm_up(runtime)

@@ -30,6 +30,7 @@ from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.batch.manager import BatchManager
 from tokenmold.service.model_home import tokenmold_home
 from tokenmold.service.runtime import Runtime
+from tokenmold.service.warm_up import warm_up
 
 
 def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle | None = None) -> FastAPI:
@@ -40,9 +41,13 @@ def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         engine = runtime.start_engine()
+        warm_s = await warm_up(runtime)
         # uvicorn's own logger: the one its --log-level configures.
         logging.getLogger("uvicorn.error").info(
-            "engine started in %.1f s; serving %r", engine.start_seconds, settings.model_name
+            "engine started in %.1f s, warmed up in %.1f s; serving %r",
+            engine.start_seconds,
+            warm_s,
+            settings.model_name,
         )
         app.state.batches.start()  # resumes the batches a previous run left unfinished
         try:
