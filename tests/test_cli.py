@@ -89,6 +89,13 @@ def test_serve_on_a_taken_port_exits_2_before_starting_the_engine() -> None:
     assert "Traceback" not in proc.stderr and "EngineCore" not in proc.stderr
 
 
+def test_bench_e2e_refuses_an_http_run_without_the_mode_it_is_compared_with() -> None:
+    proc = _run("bench", "e2e", "--modes", "unconstrained", timeout=120)
+    assert proc.returncode == 2 and "add it to --modes, or pass --no-http" in proc.stderr
+    proc = _run("bench", "e2e", "--modes", "tokenmold,fast", timeout=120)
+    assert proc.returncode == 2 and "unknown modes: fast" in proc.stderr
+
+
 @pytest.mark.engine
 def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> None:
     """A small run of the end-to-end bench as a user runs it (in-process and over HTTP, interleaved):
@@ -105,7 +112,7 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         "--ttft-repeats",
         "1",
         "--repeats",
-        "1",
+        "2",
         "--json",
         str(out),
         timeout=900,
@@ -125,7 +132,9 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         assert row["ratio"] == round(row["constrained_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["unbounded_ratio"] == round(row["unbounded_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
-        assert len(row["http_overhead_runs"]) == 1  # one per repeat, interleaved with the in-process runs
+        assert len(row["http_overhead_runs"]) == 2  # one per repeat, next to the in-process tokenmold run
+        low, high = row["http_overhead_interval"]
+        assert low <= row["http_overhead_paired_median"] <= high
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
     jump = report["jump_forward"]
     assert (

@@ -34,7 +34,7 @@ from typing import Any
 
 from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.service.bench.stats import percentiles
+from tokenmold.service.bench.stats import median_interval, percentiles
 from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
 
 #: Never complete within any --max-tokens we run: every sequence is cut at exactly max_tokens.
@@ -185,41 +185,62 @@ async def _figures(args: argparse.Namespace, runtime: Runtime, http: _Http | Non
     if http is not None:
         await http.run_batch(2, 8)
     report: dict[str, Any] = {}
+    modes = [mode for mode in MODES if mode in args.modes]
     for batch in args.batch:
         # Modes interleaved, each run --repeats times, the median kept: a slow moment of the
-        # machine then lands on every mode alike instead of on one.
+        # machine then lands on every mode alike instead of on one. The HTTP run sits next to the
+        # in-process tokenmold run it is compared with, before it on every other repeat, so that
+        # neither always meets the machine's drift first.
         runs: dict[str, list[float]] = {mode: [] for mode in (*MODES, "http")}
-        for _ in range(args.repeats):
-            for mode in MODES:
-                runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
+        for repeat in range(args.repeats):
+            order: list[str] = list(modes)
             if http is not None:
-                runs["http"].append(await http.run_batch(batch, args.max_tokens))
-        row = {f"{mode.replace('-', '_')}_tok_s": round(statistics.median(runs[mode]), 1) for mode in MODES}
-        report[str(batch)] = {
-            "unconstrained_tok_s": row["unconstrained_tok_s"],
-            "constrained_tok_s": row["tokenmold_tok_s"],
-            "vllm_builtin_tok_s": row["vllm_json_tok_s"],
-            "unbounded_tok_s": row["tokenmold_unbounded_tok_s"],
-            "ratio": round(row["tokenmold_tok_s"] / row["unconstrained_tok_s"], 3),
-            "unbounded_ratio": round(row["tokenmold_unbounded_tok_s"] / row["unconstrained_tok_s"], 3),
-            "vllm_builtin_ratio": round(row["vllm_json_tok_s"] / row["unconstrained_tok_s"], 3),
-        }
-        if http is not None:
-            http_tok_s = round(statistics.median(runs["http"]), 1)
-            report[str(batch)] |= {
-                "http_constrained_tok_s": http_tok_s,
-                "http_overhead": round(1 - http_tok_s / row["tokenmold_tok_s"], 3),
-                # Each repeat's HTTP run against the in-process run just before it.
-                "http_overhead_runs": [
-                    round(1 - h / c, 3) for h, c in zip(runs["http"], runs["tokenmold"], strict=True)
-                ],
-            }
+                at = order.index("tokenmold") + repeat % 2
+                order.insert(at, "http")
+            for mode in order:
+                if mode == "http":
+                    assert http is not None
+                    runs["http"].append(await http.run_batch(batch, args.max_tokens))
+                else:
+                    runs[mode].append((await _run_batch(runtime, batch, args.max_tokens, mode)).tok_s)
+        report[str(batch)] = _row(runs)
     report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
     report["jump_forward"] = await _jump_figures(runtime, args.ttft_repeats)
     report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
     report["max_tokens"] = args.max_tokens
     report["repeats"] = args.repeats
     return report
+
+
+def _row(runs: dict[str, list[float]]) -> dict[str, Any]:
+    """One batch size's figures from its runs (tok/s per mode); modes not run are left out."""
+    median = {mode: round(statistics.median(values), 1) for mode, values in runs.items() if values}
+    row: dict[str, Any] = {}
+    for mode, name in (
+        ("unconstrained", "unconstrained"),
+        ("tokenmold", "constrained"),
+        ("vllm-json", "vllm_builtin"),
+        ("tokenmold-unbounded", "unbounded"),
+    ):
+        if mode in median:
+            row[f"{name}_tok_s"] = median[mode]
+    if "unconstrained" in median:
+        for mode, ratio in (("tokenmold", "ratio"), ("tokenmold-unbounded", "unbounded_ratio")):
+            if mode in median:
+                row[ratio] = round(median[mode] / median["unconstrained"], 3)
+        if "vllm-json" in median:
+            row["vllm_builtin_ratio"] = round(median["vllm-json"] / median["unconstrained"], 3)
+    if "http" in median:
+        # Each repeat's HTTP run against the in-process tokenmold run next to it.
+        paired = [1 - h / c for h, c in zip(runs["http"], runs["tokenmold"], strict=True)]
+        row |= {
+            "http_constrained_tok_s": median["http"],
+            "http_overhead": round(1 - median["http"] / median["tokenmold"], 3),
+            "http_overhead_runs": [round(x, 3) for x in paired],
+            "http_overhead_paired_median": round(statistics.median(paired), 3),
+            "http_overhead_interval": [round(x, 3) for x in median_interval(paired)],
+        }
+    return row
 
 
 async def _jump_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
@@ -323,8 +344,18 @@ def run_e2e(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-repeats", type=int, default=5)
     parser.add_argument("--model", default=None)
     parser.add_argument("--no-http", action="store_true", help="skip the run through tokenmold serve")
+    parser.add_argument(
+        "--modes",
+        default=",".join(MODES),
+        type=lambda s: s.split(","),
+        help=f"in-process modes to run (default: all of {','.join(MODES)}); the HTTP run needs tokenmold",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
+    if unknown := set(args.modes) - set(MODES):
+        parser.error(f"unknown modes: {', '.join(sorted(unknown))}")
+    if not args.no_http and "tokenmold" not in args.modes:
+        parser.error("the HTTP run is compared with the tokenmold mode: add it to --modes, or pass --no-http")
     report = asyncio.run(_bench(args))
     print(
         f"{'batch':>6} {'unconstrained':>14} {'tokenmold':>10} {'ratio':>6} {'unbounded':>10} {'ratio':>6} "
@@ -332,15 +363,27 @@ def run_e2e(argv: list[str] | None = None) -> int:
     )
     for batch in args.batch:
         r = report[str(batch)]
-        print(
-            f"{batch:>6} {r['unconstrained_tok_s']:>14} {r['constrained_tok_s']:>10} {r['ratio']:>6} "
-            f"{r['unbounded_tok_s']:>10} {r['unbounded_ratio']:>6} "
-            f"{r['vllm_builtin_tok_s']:>10} {r['vllm_builtin_ratio']:>6} "
-            f"{r.get('http_constrained_tok_s', '-'):>8} {r.get('http_overhead', '-'):>9}"
-        )
+        cells = [
+            ("unconstrained_tok_s", 14),
+            ("constrained_tok_s", 10),
+            ("ratio", 6),
+            ("unbounded_tok_s", 10),
+            ("unbounded_ratio", 6),
+            ("vllm_builtin_tok_s", 10),
+            ("vllm_builtin_ratio", 6),
+            ("http_constrained_tok_s", 8),
+            ("http_overhead", 9),
+        ]
+        print(f"{batch:>6} " + " ".join(f"{r.get(key, '-'):>{width}}" for key, width in cells))
     for batch in args.batch:
-        if "http_overhead_runs" in report[str(batch)]:
-            print(f"http overhead per repeat, batch {batch}: {report[str(batch)]['http_overhead_runs']}")
+        r = report[str(batch)]
+        if "http_overhead_runs" in r:
+            low, high = r["http_overhead_interval"]
+            print(
+                f"http overhead, batch {batch}: paired median {r['http_overhead_paired_median']} "
+                f"(95 % interval {low} to {high}, {len(r['http_overhead_runs'])} repeats); "
+                f"per repeat {r['http_overhead_runs']}"
+            )
     t = report["ttft"]
     print(
         f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
