@@ -13,9 +13,9 @@ through the HTTP server (B concurrent ``/v1/chat/completions`` requests over loo
 ``tokenmold serve`` under uvicorn on this process's event loop and on the same engine), run as one
 more interleaved mode: the service's overhead is what HTTP, request translation, validation and
 serialization cost on top of in-process generation, reported from the medians and per repeat. The
-client runs in this process too, so its own parsing is counted against the server. (A first
-version started a second ``tokenmold serve``: two engines on the same cores made one repeat's
-overhead swing by ±10 points.)
+client (a bare HTTP/1.1 exchange per request, see ``_Http``) runs in this process too, so its own
+parsing is counted against the server. (A first version started a second ``tokenmold serve``: two
+engines on the same cores made one repeat's overhead swing by ±10 points.)
 """
 
 from __future__ import annotations
@@ -276,9 +276,17 @@ async def _jump_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
 
 @dataclass
 class _Http:
-    """The constrained workload through the HTTP server on the same engine."""
+    """The constrained workload through the HTTP server on the same engine.
 
-    client: Any
+    The client is a bare HTTP/1.1 exchange on a fresh loopback connection per request: it runs in
+    this process, on the cores the server and the engine use, so whatever it costs is counted
+    against the server. httpx's connection pool was first used here and, at 64 concurrent
+    requests, its bookkeeping (``_assign_requests_to_connections``, idle and expiry checks, closing
+    responses) was in about a fifth of this process's samples in a short py-spy profile (65
+    samples): a client's cost, not the service's.
+    """
+
+    port: int
     model: str
 
     async def _one(self, prompt: Prompt, max_tokens: int) -> int:
@@ -289,9 +297,22 @@ class _Http:
             "temperature": 0.0,
             "response_format": {"type": "json_schema", "json_schema": {"name": "catalogue", "schema": LONG_SCHEMA}},
         }
-        response = await self.client.post("/v1/chat/completions", json=body)
-        response.raise_for_status()
-        return int(response.json()["usage"]["completion_tokens"])
+        data = json.dumps(body).encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(data), data)
+            )
+            await writer.drain()
+            raw = await reader.read()  # the server closes the connection after its response
+        finally:
+            writer.close()
+        head, _, payload = raw.partition(b"\r\n\r\n")
+        status = head.split(b" ", 2)[1] if head else b"no response"
+        if status != b"200":
+            raise RuntimeError(f"http: {status.decode()} {payload[:300].decode(errors='replace')}")
+        return int(json.loads(payload)["usage"]["completion_tokens"])
 
     async def run_batch(self, batch: int, max_tokens: int) -> float:
         """Tokens/s of ``batch`` concurrent requests."""
@@ -310,30 +331,26 @@ async def _served(runtime: Runtime) -> AsyncIterator[_Http]:
     stays off)."""
     import socket
 
-    import httpx
     import uvicorn
 
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
 
     model = Path(runtime.model.path).name
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    config = uvicorn.Config(
-        create_app(runtime, ServerSettings(model_name=model)), port=port, log_level="warning", lifespan="off"
-    )
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))  # bound here and handed over: no other process can take the port
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(create_app(runtime, ServerSettings(model_name=model)), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve())
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
             await asyncio.sleep(0.05)
-        limits = httpx.Limits(max_connections=256)
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=600, limits=limits) as client:
-            yield _Http(client, model)
+        yield _Http(port, model)
     finally:
         server.should_exit = True
         await serving
+        sock.close()
 
 
 def run_e2e(argv: list[str] | None = None) -> int:
