@@ -34,11 +34,10 @@ _LOG_PREFIX = re.compile(r"^\[[^\]]*\] \S+?:\d+: ")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
 _NUMBER = re.compile(r"\d+")
 #: Compiled once as a worker starts, so that one-time set-up (an engine's vocabulary tables, lazy
-#: initialization on first use) is not charged to the first schema of a run.
-#: Compiled once per engine before the timed files. Its bounded string makes tokenmold build its
-#: per-vocabulary tables (the length guard's, ~140 ms once per process, as llguidance's token trie
-#: and xgrammar's tokenizer info are built before timing) instead of charging them to whichever
-#: timed file first has a ``maxLength``.
+#: initialization on first use) is not charged to the first schema of a run. Its bounded string
+#: makes tokenmold build the length guard's per-vocabulary table (~140 ms once per process, as
+#: llguidance's token trie and xgrammar's tokenizer info are built before timing), which would
+#: otherwise be charged to whichever timed file first has a ``maxLength``.
 _WARM_UP_SCHEMA = {"type": "object", "properties": {"a": {"type": "string", "maxLength": 8}}, "required": ["a"]}
 
 
