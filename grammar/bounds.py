@@ -1,4 +1,4 @@
-"""String lengths enforced next to llguidance instead of inside it.
+"""String lengths (and array item counts) enforced next to llguidance instead of inside it.
 
 Inside a string with ``maxLength``, llguidance's lexer is in a counted-repeat state that its token
 trie walk has no shortcut for: a mask costs 40-900 µs there against 3 µs in the same string
@@ -15,6 +15,9 @@ when its last hex digit arrives), for a token read in plain text and one read ju
 backslash; the rows of tokens writing at most ``n`` are packed like a bitmask, so a step is one AND.
 A step inside a ``\\u`` escape (rare) counts the allowed tokens one by one.
 
+Arrays lose their ``maxItems`` the same way, and the same guard counts their items on the same
+tracker (``tokenmold.grammar.counts``).
+
 Where the tracker cannot follow the schema (it is then lost) the bound is left to validation, which
 judges every output against the schema as written anyway.
 """
@@ -22,11 +25,12 @@ judges every output against the schema as written anyway.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
 from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack
@@ -41,21 +45,31 @@ _VALUE_LISTS = ("prefixItems", "anyOf", "oneOf")
 _VALUE_SCHEMAS = ("items", "additionalProperties")
 
 
-def strip_max_lengths(schema: Any) -> tuple[Any, int]:
-    """``schema`` without the ``maxLength`` of its plain strings, and how many were removed.
+class Stripped(NamedTuple):
+    """A schema without the bounds the guard enforces, and how many of each it lost."""
 
-    A string in an ``anyOf``/``oneOf`` keeps its bound when another branch there may also be a
-    string (the mask could not tell which branch's bound applies), and so does every definition
-    such a branch refers to."""
+    schema: Any
+    #: ``maxLength`` of plain strings.
+    lengths: int
+    #: ``maxItems`` of arrays (``tokenmold.grammar.counts``).
+    items: int
+
+
+def strip_bounds(schema: Any) -> Stripped:
+    """``schema`` without the ``maxLength`` of its plain strings and the ``maxItems`` of its arrays.
+
+    A value in an ``anyOf``/``oneOf`` keeps its bounds when another branch there may also be a
+    string or may also be an array (the mask could not tell which branch's bound applies), and so
+    does every definition such a branch refers to."""
     kept: set[str] = set()
     _protect(schema, kept)
-    count = [0]
+    count = [0, 0]
     stripped = _strip(schema, kept, "#", count)
-    return stripped, count[0]
+    return Stripped(stripped, count[0], count[1])
 
 
 def _protect(node: Any, kept: set[str]) -> None:
-    """Collect the ``$ref``s of the ``anyOf``/``oneOf`` branches that share the string type."""
+    """Collect the ``$ref``s of the ``anyOf``/``oneOf`` branches that share a bounded type."""
     if isinstance(node, list):
         for item in node:
             _protect(item, kept)
@@ -64,21 +78,26 @@ def _protect(node: Any, kept: set[str]) -> None:
         return
     for keyword in ("anyOf", "oneOf"):
         branches = node.get(keyword)
-        if isinstance(branches, list) and sum(map(_may_be_string, branches)) > 1:
+        if isinstance(branches, list) and _crowded(branches):
             kept.update(b["$ref"] for b in branches if isinstance(b, dict) and isinstance(b.get("$ref"), str))
     for value in node.values():
         _protect(value, kept)
 
 
-def _may_be_string(schema: Any) -> bool:
+def _crowded(branches: list[Any]) -> bool:
+    return any(sum(_may_be(kind, b) for b in branches) > 1 for kind in ("string", "array"))
+
+
+def _may_be(kind: str, schema: Any) -> bool:
     if not isinstance(schema, dict) or "$ref" in schema or "anyOf" in schema or "oneOf" in schema:
         return True
+    python = str if kind == "string" else list
     for keyword in ("enum", "const"):
         if keyword in schema:
             values = schema[keyword] if keyword == "enum" else [schema[keyword]]
-            return any(isinstance(v, str) for v in values)
+            return any(isinstance(v, python) for v in values)
     declared = schema.get("type")
-    return declared is None or declared == "string" or (isinstance(declared, list) and "string" in declared)
+    return declared is None or declared == kind or (isinstance(declared, list) and kind in declared)
 
 
 def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
@@ -88,6 +107,9 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     if at not in kept and _plain_bounded(node):
         del out["maxLength"]
         count[0] += 1
+    if at not in kept and _counted(node):
+        del out["maxItems"]
+        count[1] += 1
     for keyword in _VALUE_MAPS:
         members = node.get(keyword)
         if isinstance(members, dict):
@@ -97,7 +119,7 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     for keyword in _VALUE_LISTS:
         branches = node.get(keyword)
         if isinstance(branches, list):
-            crowded = keyword != "prefixItems" and sum(map(_may_be_string, branches)) > 1
+            crowded = keyword != "prefixItems" and _crowded(branches)
             out[keyword] = [
                 b if crowded else _strip(b, kept, f"{at}/{keyword}/{i}", count) for i, b in enumerate(branches)
             ]
@@ -111,29 +133,40 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     return out
 
 
-def _plain_bounded(schema: dict[str, Any]) -> bool:
+def _is(kind: str, schema: dict[str, Any]) -> bool:
     declared = schema.get("type")
-    strings = declared == "string" or (isinstance(declared, list) and "string" in declared)
-    return strings and isinstance(schema.get("maxLength"), int) and not any(k in schema for k in _SHAPED)
+    return declared == kind or (isinstance(declared, list) and kind in declared)
+
+
+def _plain_bounded(schema: dict[str, Any]) -> bool:
+    return _is("string", schema) and isinstance(schema.get("maxLength"), int) and not any(k in schema for k in _SHAPED)
+
+
+def _counted(schema: dict[str, Any]) -> bool:
+    """An array whose ``maxItems`` the guard can hold (a bound of 0 stays: nothing to count)."""
+    bound = schema.get("maxItems")
+    return _is("array", schema) and isinstance(bound, int) and bound >= 1
 
 
 def _escape(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
 
 
-def smallest_bound(schema: Any) -> int | None:
-    """The smallest ``maxLength`` of a string anywhere in ``schema`` (``None``: there is none)."""
-    found: list[int] = []
+def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
+    """Every object in ``schema``, at any depth."""
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            if _plain_bounded(node):
-                found.append(node["maxLength"])
+            yield node
             stack.extend(node.values())
         elif isinstance(node, list):
             stack.extend(node)
-    return min(found, default=None)
+
+
+def smallest_bound(schema: Any) -> int | None:
+    """The smallest ``maxLength`` of a string anywhere in ``schema`` (``None``: there is none)."""
+    return min((node["maxLength"] for node in _nodes(schema) if _plain_bounded(node)), default=None)
 
 
 def chars_opened(data: bytes) -> int:
@@ -192,9 +225,11 @@ class BoundTable:
         plain: np.ndarray = np.zeros(size, dtype=np.int32)
         escaped: np.ndarray = np.zeros(size, dtype=np.int32)
         opened: np.ndarray = np.zeros(size, dtype=np.int32)
+        spelled: list[tuple[int, bytes]] = []
         for token, data, special in tokens:
             if special or not data or token >= size:
                 continue
+            spelled.append((token, data))
             self.by_id[token] = data
             self.content[token] = is_content(data)
             plain[token] = chars_before_close(data)
@@ -208,6 +243,8 @@ class BoundTable:
         self.opening = [pack(opened > n, words) for n in range(int(opened.max()))]
         self.plain = [pack(plain <= n, words) for n in range(int(plain.max()))]
         self.escaped = [pack(escaped <= n, words) for n in range(int(escaped.max()))]
+        #: The tokens that may add an item to an array (``tokenmold.grammar.counts``).
+        self.items = ItemRows(spelled, size)
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> BoundTable:
@@ -215,18 +252,20 @@ class BoundTable:
 
 
 class BoundSchema:
-    """A normalized schema as the length guard reads it (compact JSON in the spec's ``%bounds``
+    """A normalized schema as the bound guard reads it (compact JSON in the spec's ``%bounds``
     line), built once per shape: the tracker's view of it and its smallest ``maxLength``."""
 
     def __init__(self, text: str) -> None:
         root = json.loads(text)
         self.schema = FitSchema(root)
         self.smallest = smallest_bound(root)
+        #: Whether some array has a ``maxItems`` (the guard then counts items).
+        self.counted = any(map(_counted, _nodes(root)))
 
 
-class LengthGuard:
-    """One output's string bounds: ``feed`` it the accepted tokens (the forced prefix too), and
-    ``restrict`` each row after the grammar filled it."""
+class BoundGuard:
+    """One output's string lengths and item counts: ``feed`` it the accepted tokens (the forced
+    prefix too), and ``restrict`` each row after the grammar filled it."""
 
     def __init__(self, schema: BoundSchema, table: BoundTable) -> None:
         self.table = table
@@ -235,21 +274,26 @@ class LengthGuard:
         smallest = schema.smallest
         self._opening = table.opening[smallest] if smallest is not None and smallest < len(table.opening) else None
         self._kept: np.ndarray = np.zeros((table.size + 31) // 32, dtype=np.int32)
+        self._counted = schema.counted
 
     def feed(self, tokens: Iterable[int]) -> None:
         for token in tokens:
             self.tracker = self.tracker.after_token(self.table, token)
 
     def restrict(self, words: np.ndarray) -> None:
-        """Clear the tokens that would overrun a string's ``maxLength``: the open string's, and
-        any a token opens and writes into at once. A row is never emptied (the tracker and the
-        grammar disagree only on what validation then refuses)."""
+        """Clear the tokens that would overrun a string's ``maxLength`` (the open string's, and
+        any a token opens and writes into at once) or an array's ``maxItems``. A row is never
+        emptied (the tracker and the grammar disagree only on what validation then refuses)."""
         top = self.tracker.top
         left = _left(top)
         if left is not None and isinstance(top, Str):
             self._within(words, top, max(left, 0))
-        if self._opening is not None and not self.tracker.lost:
+        if self.tracker.lost:
+            return
+        if self._opening is not None:
             self._opened(words, self._opening)
+        if self._counted:
+            restrict_items(self.tracker, self.table.items, self.table.by_id, words)
 
     def _opened(self, words: np.ndarray, opening: np.ndarray) -> None:
         """Try one by one the allowed tokens that write enough into a string they open to overrun

@@ -99,7 +99,7 @@ class Vocabulary:
 
     @cached_property
     def bound_table(self) -> BoundTable:
-        """Per-token character counts for the length guard (``tokenmold.grammar.bounds``)."""
+        """Per-token character counts and item rows for the bound guard (``tokenmold.grammar.bounds``)."""
         from tokenmold.grammar.bounds import BoundTable
 
         return BoundTable.from_llguidance(self.llguidance_tokenizer)

@@ -90,7 +90,7 @@ class BudgetFitting:
             return found
 
     def _grammar(self, grammar: str, bounds: str | None) -> LLGuidanceCompiled:
-        """The request's grammar as the engine ran it: with the length guard if it had one."""
+        """The request's grammar as the engine ran it: with the bound guard if it had one."""
         key = (grammar, bounds)
         with self._lock:
             found = self._grammars.get(key)

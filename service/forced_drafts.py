@@ -13,7 +13,7 @@ The proposer runs in the model runner, which knows token rows but not which requ
 the ``forced-drafts`` patch (``service/vllm_plugin.py``) hands it the runner's batch and requests
 before each proposal. It follows each request with its own copy of the grammar (parsed once per
 grammar text, as the engine's own), fed with the tokens the request accepted. The drafts come from
-llguidance alone; the engine-side masks next to it (the duplicate-key guard, the length guard,
+llguidance alone; the engine-side masks next to it (the duplicate-key guard, the bound guard,
 budget fitting) still apply at every drafted position, and follow vLLM's rollback of the grammar
 after the check (``vllm_plugin._beside``).
 """

@@ -164,7 +164,7 @@ def _install_llguidance_grammars() -> None:
             grammar = _compile_llguidance(self, parsed.grammar, parsed.forced)
             if parsed.unique_keys:
                 _guard_keys(self, grammar, parsed.forced)
-            for install in (_bound_lengths, _fit_budget):
+            for install in (_guard_bounds, _fit_budget):
                 try:
                     install(self, grammar, parsed)
                 except Exception as exc:  # an error here would fail the engine's step: logged instead
@@ -443,7 +443,7 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
     _beside(grammar, "the duplicate-key guard", start, KeyGuard.feed_tokens, KeyGuard.restrict)
 
 
-#: Shapes whose schema state (the length guard's ``BoundSchema``, budget fitting's ``Fitting``) an
+#: Shapes whose schema state (the bound guard's ``BoundSchema``, budget fitting's ``Fitting``) an
 #: engine keeps.
 SCHEMA_CACHE_SIZE = 64
 
@@ -472,29 +472,30 @@ def _per_schema(backend: Any, attribute: str, make_table: Callable[[Any], Any]) 
     return state
 
 
-def _bound_lengths(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
-    """Run the length guard (``tokenmold.grammar.bounds``) next to ``grammar`` when its spec left
-    string bounds to it: it follows the accepted tokens (after the forced ones) and, after the
-    grammar and the key guard filled a row, clears the tokens that would overrun a ``maxLength``."""
-    from tokenmold.grammar.bounds import BoundSchema, BoundTable, LengthGuard
+def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
+    """Run the bound guard (``tokenmold.grammar.bounds``) next to ``grammar`` when its spec left
+    string or array bounds to it: it follows the accepted tokens (after the forced ones) and, after
+    the grammar and the key guard filled a row, clears the tokens that would overrun a
+    ``maxLength`` or a ``maxItems``."""
+    from tokenmold.grammar.bounds import BoundGuard, BoundSchema, BoundTable
 
     if spec.bounds is None:
         return
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
     schema = schemas(spec.bounds, BoundSchema)
 
-    def start() -> LengthGuard:
-        guard = LengthGuard(schema, table)
+    def start() -> BoundGuard:
+        guard = BoundGuard(schema, table)
         guard.feed(spec.forced)
         return guard
 
-    _beside(grammar, "the length guard", start, LengthGuard.feed, LengthGuard.restrict)
+    _beside(grammar, "the bound guard", start, BoundGuard.feed, BoundGuard.restrict)
 
 
 def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     """Run the budget-fitting mask (``tokenmold.grammar.fit``) next to ``grammar`` when its spec
     asks for it: it follows the accepted tokens (after the forced ones the prompt ends with) and,
-    after the grammar, the key guard and the length guard filled a row, clears the bits of the
+    after the grammar, the key guard and the bound guard filled a row, clears the bits of the
     tokens after which the output could no longer close within the request's budget."""
     import json
 

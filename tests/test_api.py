@@ -31,7 +31,7 @@ from live_api import (  # noqa: F401  (client, server: this module's fixtures, s
     slow_regex,
     validation,
 )
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.engine
 
@@ -50,6 +50,27 @@ def test_parse_returns_a_parsed_object(client) -> None:
     assert isinstance(choice.message.parsed, Animal)
     assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted"
     assert "additionalProperties" in validation(choice)["keywords"]["enforced"]
+
+
+class Shortlist(BaseModel):
+    """A bounded list as pydantic writes it (``maxItems``; llguidance's grammar leaves it out and
+    the bound guard holds it)."""
+
+    colors: list[str] = Field(max_length=2)
+
+
+def test_a_bounded_list_ends_at_its_max_items(client) -> None:
+    completion = client.chat.completions.parse(
+        model=MODEL,
+        messages=[{"role": "user", "content": 'Repeat: {"colors": ["red", "green", "blue", "black", "white"]}'}],
+        response_format=Shortlist,
+        max_tokens=120,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted"
+    assert isinstance(choice.message.parsed, Shortlist) and len(choice.message.parsed.colors) <= 2, choice.message
+    assert "maxItems" in validation(choice)["keywords"]["enforced"]
 
 
 def test_too_few_tokens_is_a_length_error(client) -> None:

@@ -16,7 +16,7 @@ import torch
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.bounds import chars_before_close, chars_opened, strip_max_lengths
+from tokenmold.grammar.bounds import chars_before_close, chars_opened, strip_bounds
 from tokenmold.grammar.rows import allowed_tokens
 
 BOUNDED = {
@@ -37,7 +37,7 @@ LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": 
 
 
 def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -> None:
-    stripped, count = strip_max_lengths(BOUNDED)
+    stripped, count, _ = strip_bounds(BOUNDED)
     assert count == 3
     properties = stripped["properties"]
     assert "maxLength" not in properties["title"] and "maxLength" not in properties["tags"]["items"]
@@ -47,14 +47,14 @@ def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -
         "anyOf": [{"$ref": "#/$defs/short"}, {"type": "string", "pattern": "^x+$"}],
         "$defs": {"short": {"type": "string", "maxLength": 2}},
     }
-    assert strip_max_lengths(two_strings) == (two_strings, 0)  # which branch's bound would apply?
+    assert strip_bounds(two_strings) == (two_strings, 0, 0)  # which branch's bound would apply?
     patterned = {
         "type": "object",
         "patternProperties": {"^x": {}},
         "additionalProperties": {"type": "string", "maxLength": 1},
     }
-    assert strip_max_lengths(patterned)[1] == 0  # kept next to key patterns
-    assert strip_max_lengths(BOUNDED)[0] is not BOUNDED and BOUNDED["properties"]["title"]["maxLength"] == 3
+    assert strip_bounds(patterned)[1] == 0  # kept next to key patterns
+    assert strip_bounds(BOUNDED)[0] is not BOUNDED and BOUNDED["properties"]["title"]["maxLength"] == 3
 
 
 def test_characters_are_counted_as_json_schema_counts_them() -> None:
@@ -110,11 +110,11 @@ def test_the_guarded_mask_keeps_llguidances_bounded_mask_and_every_walk_ends_val
 
 
 def _engine_and_local(vocab):
-    """The engine's grammar wrapped by the plugin's ``_bound_lengths`` and the in-process matcher,
+    """The engine's grammar wrapped by the plugin's ``_guard_bounds`` and the in-process matcher,
     both past the forced prefix ``{"text":"``."""
     from types import SimpleNamespace
 
-    from tokenmold.service.vllm_plugin import _bound_lengths, _compile_llguidance
+    from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_bounds
 
     compiled = LLGuidanceBackend(vocab).compile_json_schema(LONG, JsonOptions())
     forced = tuple(vocab.encode('{"text":"'))
@@ -122,7 +122,7 @@ def _engine_and_local(vocab):
     assert parsed is not None and parsed.bounds is not None
     backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
     engine = _compile_llguidance(backend, parsed.grammar, forced)
-    _bound_lengths(backend, engine, parsed.__class__(parsed.grammar, forced, bounds=parsed.bounds))
+    _guard_bounds(backend, engine, parsed.__class__(parsed.grammar, forced, bounds=parsed.bounds))
     local = compiled.matcher()
     for token in forced:
         assert local.accept_token(token)

@@ -33,7 +33,7 @@ from tokenmold.grammar.backends.base import (
     TokenTextMatcher,
 )
 from tokenmold.grammar.backends.llguidance_tools import tools_lark
-from tokenmold.grammar.bounds import BoundSchema, LengthGuard, strip_max_lengths
+from tokenmold.grammar.bounds import BoundGuard, BoundSchema, strip_bounds
 from tokenmold.grammar.errors import (
     CompileFailed,
     GrammarSyntaxError,
@@ -96,10 +96,10 @@ def _regex_error(raw: str) -> ShapeError:
 
 
 class LLGuidanceMatcher(TokenTextMatcher):
-    """llguidance's matcher, and the length guard after it where the grammar left string bounds
+    """llguidance's matcher, and the bound guard after it where the grammar left string or array bounds
     to it (``tokenmold.grammar.bounds``; the engine runs the same guard, see the vLLM plugin)."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary, guard: LengthGuard | None = None) -> None:
+    def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary, guard: BoundGuard | None = None) -> None:
         self._matcher = matcher
         self._vocab = vocab
         self._guard = guard
@@ -148,7 +148,7 @@ class LLGuidanceCompiled(CompiledGrammar):
         self._prototype = prototype  # never advanced: each request gets a copy
         self._vocab = vocab
         self.grammar = grammar
-        #: The normalized schema whose string bounds the length guard enforces (``None``: none).
+        #: The normalized schema whose string and array bounds the bound guard enforces (``None``: none).
         self.bounds = bounds
 
     @cached_property
@@ -157,7 +157,7 @@ class LLGuidanceCompiled(CompiledGrammar):
         return BoundSchema(self.bounds)
 
     def matcher(self) -> LLGuidanceMatcher:
-        guard = LengthGuard(self._bound_schema, self._vocab.bound_table) if self.bounds is not None else None
+        guard = BoundGuard(self._bound_schema, self._vocab.bound_table) if self.bounds is not None else None
         return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab, guard)
 
     @property
@@ -186,8 +186,9 @@ class LLGuidanceBackend(Backend):
         ``whitespace_pattern`` does not bound a gap; any ``max_whitespace`` therefore gives compact
         JSON, the one layout inside every bound.
 
-        Plain strings lose their ``maxLength`` in the grammar: the length guard enforces it
-        (``tokenmold.grammar.bounds``: llguidance's masks inside a bounded string are slow).
+        Plain strings lose their ``maxLength`` and arrays their ``maxItems`` in the grammar: the
+        bound guard enforces them (``tokenmold.grammar.bounds``: llguidance's masks inside a
+        bounded string or a long bounded array are slow).
         """
         if options.strict_properties:
             raise UnsupportedFeature(
@@ -197,10 +198,10 @@ class LLGuidanceBackend(Backend):
         bounds = None
         if schema is not False:
             layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-            stripped, count = strip_max_lengths(schema if isinstance(schema, dict) else {})
-            if count:
+            stripped = strip_bounds(schema if isinstance(schema, dict) else {})
+            if stripped.lengths or stripped.items:
                 bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
-            schema = {**stripped, "x-guidance": layout}
+            schema = {**stripped.schema, "x-guidance": layout}
         return self.compile_grammar(
             llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error, bounds=bounds
         )
@@ -244,7 +245,7 @@ class LLGuidanceBackend(Backend):
         bounds: str | None = None,
     ) -> LLGuidanceCompiled:
         """Compile a grammar in llguidance's own serialized form (what ``LLMatcher.grammar_from_*``
-        returns); ``bounds``: the schema whose string bounds the length guard enforces next to it."""
+        returns); ``bounds``: the schema whose string and array bounds the bound guard enforces next to it."""
         prototype = llguidance.LLMatcher(self.vocab.llguidance_tokenizer, grammar, log_level=0)
         if prototype.is_error():
             raise on_error(prototype.get_error())

@@ -140,7 +140,7 @@ Frame = Value | Root | Lead
 
 class TokenClasses(Protocol):
     """Per token id of a vocabulary: its bytes, whether it ``is_content``, and then its characters
-    (the budget fitter's and the length guard's tables)."""
+    (the budget fitter's and the bound guard's tables)."""
 
     by_id: list[bytes]
     content: Any
