@@ -26,26 +26,62 @@ def supports(logits: torch.Tensor) -> bool:
     return logits.is_cpu and logits.dtype in _NEG_INF_BITS and logits.dim() == 2 and logits.is_contiguous()
 
 
+#: A row is handled word by word when at most this share of its words need it: the words that
+#: refuse something (a row inside a string refuses few tokens), or those that allow something (a
+#: row between keys allows few). Other rows take the dense pass.
+_SPARSE_SHARE = 0.125
+
+
 def apply_rows(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int, int]]) -> None:
     """For each ``(bitmask_row, logits_row)`` pair, set to -inf every logit whose bit is 0.
 
     ``bitmask`` is int32, 32 tokens a word, bit ``t % 32`` of word ``t // 32`` for token ``t`` (the
     layout every grammar backend fills). Tokens beyond the bitmask's width are left alone, as
     xgrammar's kernels do.
+
+    Most rows are nearly all ones (inside a string) or nearly all zeros (between keys): for those
+    only the words that differ are unpacked, which costs a fraction of the dense pass over the
+    whole row (measured 1.6 ms for 64 rows of 49,152 logits, dense).
     """
     if not pairs:
         return
     width = min(logits.shape[1], bitmask.shape[1] * 32)
-    mask_rows = [row for row, _ in pairs]
-    logit_rows = [row for _, row in pairs]
-    bits = np.unpackbits(
-        np.ascontiguousarray(bitmask[mask_rows]).view(np.uint8), axis=1, bitorder="little", count=width
-    )
+    words = (width + 31) // 32
     view = logits.view(torch.int16).numpy()
     neg_inf = _NEG_INF_BITS[logits.dtype]
-    if logit_rows == list(range(logits.shape[0])) and width == logits.shape[1]:
-        np.putmask(view, bits == 0, neg_inf)
-        return
-    selected = view[logit_rows, :width]
-    np.putmask(selected, bits == 0, neg_inf)
-    view[logit_rows, :width] = selected
+    masks = np.ascontiguousarray(bitmask[[row for row, _ in pairs], :words])
+    rows = np.array([row for _, row in pairs], dtype=np.int64)
+    limit = max(1, int(words * _SPARSE_SHARE))
+    refusing = (masks != -1).sum(axis=1)
+    allowing = (masks != 0).sum(axis=1)
+    few_refused = refusing <= limit
+    few_allowed = ~few_refused & (allowing <= limit)
+    dense = ~(few_refused | few_allowed)
+    if few_refused.any():
+        ids = _tokens(masks[few_refused], rows[few_refused], width, allowed=False)
+        view[ids] = neg_inf
+    if few_allowed.any():
+        ids = _tokens(masks[few_allowed], rows[few_allowed], width, allowed=True)
+        kept = view[ids]
+        view[rows[few_allowed], :width] = neg_inf
+        view[ids] = kept
+    if dense.any():
+        bits = np.unpackbits(masks[dense].view(np.uint8), axis=1, bitorder="little", count=width)
+        selected = view[rows[dense], :width]
+        np.putmask(selected, bits == 0, neg_inf)
+        view[rows[dense], :width] = selected
+
+
+def _tokens(masks: np.ndarray, rows: np.ndarray, width: int, *, allowed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The (logit row, token) index pairs of the tokens ``masks`` allows (or refuses), read only
+    from the words that are not all of the other kind (flat indices: numpy's 2-D ``nonzero`` costs
+    several times more)."""
+    words = masks.shape[1]
+    flat = masks.ravel()
+    at = np.flatnonzero(flat != (0 if allowed else -1))
+    bits = np.unpackbits(flat[at].view(np.uint8), bitorder="little")
+    hit = np.flatnonzero(bits if allowed else bits == 0)
+    word = at[hit >> 5]
+    tokens = (word % words) * 32 + (hit & 31)
+    inside = tokens < width
+    return rows[word // words][inside], tokens[inside]

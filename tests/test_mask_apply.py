@@ -31,12 +31,17 @@ def _reference(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int,
     [[(0, 0), (1, 1), (2, 2), (3, 3)], [(0, 2), (1, 0)], [(3, 1)], []],
     ids=["every-row", "reordered-subset", "one-row", "none"],
 )
-def test_rows_match_xgrammar(dtype: torch.dtype, pairs: list[tuple[int, int]]) -> None:
+@pytest.mark.parametrize("sparse", [False, True], ids=["dense", "sparse"])
+def test_rows_match_xgrammar(dtype: torch.dtype, pairs: list[tuple[int, int]], sparse: bool) -> None:
     rng = np.random.default_rng(7)
     logits = torch.from_numpy(rng.normal(size=(4, VOCAB)).astype(np.float32)).to(dtype)
     bitmask = rng.integers(-(2**31), 2**31 - 1, size=(4, (VOCAB + 31) // 32), dtype=np.int64).astype(np.int32)
     bitmask[0] = -1  # everything allowed
     bitmask[1] = 0  # nothing allowed
+    if sparse:  # rows 2 and 3 read word by word: a few words refuse (allow) something
+        bitmask[2], bitmask[3] = -1, 0
+        bitmask[2, [0, 17, 31]] = [0x7FFF_FFFF, 0x0F0F_0F0F, 0x00FF_00FF]  # the last word is partly past VOCAB
+        bitmask[3, [5, 31]] = [0x1001, -1]
     expected = _reference(logits, bitmask, pairs)
     assert mask_apply.supports(logits)
     mask_apply.apply_rows(logits, bitmask, pairs)
