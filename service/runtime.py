@@ -399,6 +399,9 @@ class Runtime:
         room = self.engine.room(prompt_ids)
         fit = sampling.budget == "fit"
         if self.config.budget_floor:
+            floor = compiled.output_floor if compiled is not None else None
+            if floor is not None and floor.size + fit > _budget(sampling, room):
+                await asyncio.to_thread(lambda: floor.tokens)  # a long text's count, off the event loop
             # Fitting ends on an end-of-sequence token within the budget: it needs one more.
             _check_budget(compiled, sampling, room, eos=fit)
         forced = None
@@ -415,7 +418,7 @@ class Runtime:
         room -= len(forced.token_ids) if forced else 0
         fit_spec = None
         if fit:
-            fit_spec = spec = self.fitting.request(compiled, spec, min(sampling.max_tokens or room, room))
+            fit_spec = spec = self.fitting.request(compiled, spec, _budget(sampling, room))
         params = to_sampling_params(
             sampling,
             engine_spec=spec,
@@ -440,7 +443,7 @@ class Runtime:
         if floor is None:
             return True
         extra = len(forced.token_ids) - fewest_tokens(forced.text.encode(), self.compiler.vocab)
-        return floor.tokens + 1 + extra <= min(sampling.max_tokens or room, room)
+        return floor.fits(_budget(sampling, room) - 1 - extra)
 
     def _with_prefix(
         self, forced: ForcedPrefix | None, token_ids: list[int], text: str, logprobs: Any
@@ -462,12 +465,17 @@ class Runtime:
             engine.shutdown()
 
 
+def _budget(sampling: SamplingOptions, room: int) -> int:
+    """The tokens a request may generate: its ``max_tokens``, within what the context leaves."""
+    return min(sampling.max_tokens or room, room)
+
+
 def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, room: int, *, eos: bool) -> None:
     """Refuse a budget that cannot hold the shape's shortest output (it could only be truncated),
     with its end-of-sequence token when ``eos`` (budget fitting)."""
     floor = compiled.output_floor if compiled is not None else None
-    budget = min(sampling.max_tokens or room, room)
-    if floor is None or floor.tokens + eos <= budget:
+    budget = _budget(sampling, room)
+    if floor is None or floor.fits(budget - eos):
         return
     what = (
         f"max_tokens={budget}"

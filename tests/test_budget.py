@@ -79,3 +79,10 @@ def test_shared_subschemas_are_built_once_and_cycles_stay_knowable_from_outside(
     }
     floor = output_floor(cyclic, vocab)
     assert floor is not None and json.loads(floor.text) == ["aa", {"b": "aa"}]
+
+
+def test_the_token_count_is_taken_only_for_a_budget_below_the_texts_bytes(vocab) -> None:
+    floor = output_floor({"type": "array", "items": {"type": "string", "minLength": 3}, "minItems": 4}, vocab)
+    assert floor is not None and floor.size == len(floor.text) == 25
+    assert floor.fits(25) and "tokens" not in floor.__dict__  # a token spells at least a byte
+    assert floor.fits(floor.tokens) and not floor.fits(floor.tokens - 1)
