@@ -62,26 +62,32 @@ def strip_bounds(schema: Any) -> Stripped:
     string or may also be an array (the mask could not tell which branch's bound applies), and so
     does every definition such a branch refers to."""
     kept: set[str] = set()
-    _protect(schema, kept)
+    if not _protect(schema, kept):
+        return Stripped(schema, 0, 0)  # nothing to strip: the second walk is saved
     count = [0, 0]
     stripped = _strip(schema, kept, "#", count)
     return Stripped(stripped, count[0], count[1])
 
 
-def _protect(node: Any, kept: set[str]) -> None:
-    """Collect the ``$ref``s of the ``anyOf``/``oneOf`` branches that share a bounded type."""
-    if isinstance(node, list):
-        for item in node:
-            _protect(item, kept)
-        return
-    if not isinstance(node, dict):
-        return
-    for keyword in ("anyOf", "oneOf"):
-        branches = node.get(keyword)
-        if isinstance(branches, list) and _crowded(branches):
-            kept.update(b["$ref"] for b in branches if isinstance(b, dict) and isinstance(b.get("$ref"), str))
-    for value in node.values():
-        _protect(value, kept)
+def _protect(schema: Any, kept: set[str]) -> bool:
+    """Collect the ``$ref``s of the ``anyOf``/``oneOf`` branches that share a bounded type; whether
+    any node has a bound the guard could hold."""
+    bounded = False
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        bounded = bounded or _plain_bounded(node) or _counted(node)
+        for keyword in ("anyOf", "oneOf"):
+            branches = node.get(keyword)
+            if isinstance(branches, list) and _crowded(branches):
+                kept.update(b["$ref"] for b in branches if isinstance(b, dict) and isinstance(b.get("$ref"), str))
+        stack.extend(node.values())
+    return bounded
 
 
 def _crowded(branches: list[Any]) -> bool:
