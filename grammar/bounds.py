@@ -33,7 +33,8 @@ import numpy as np
 from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
-from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack
+from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack, token_bits
+from tokenmold.grammar.search_guard import Closers, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: Keywords that make a string something other than "any text of bounded length": llguidance keeps
@@ -53,20 +54,23 @@ class Stripped(NamedTuple):
     lengths: int
     #: ``maxItems`` of arrays (``tokenmold.grammar.counts``).
     items: int
+    #: ``pattern`` of strings it may match anywhere (``tokenmold.grammar.search_guard``).
+    patterns: int
 
 
 def strip_bounds(schema: Any) -> Stripped:
-    """``schema`` without the ``maxLength`` of its plain strings and the ``maxItems`` of its arrays.
+    """``schema`` without the ``maxLength`` of its plain strings, the ``maxItems`` of its arrays
+    and the unanchored ``pattern`` of its unbounded strings.
 
     A value in an ``anyOf``/``oneOf`` keeps its bounds when another branch there may also be a
     string or may also be an array (the mask could not tell which branch's bound applies), and so
     does every definition such a branch refers to."""
     kept: set[str] = set()
     if not _protect(schema, kept):
-        return Stripped(schema, 0, 0)  # nothing to strip: the second walk is saved
-    count = [0, 0]
+        return Stripped(schema, 0, 0, 0)  # nothing to strip: the second walk is saved
+    count = [0, 0, 0]
     stripped = _strip(schema, kept, "#", count)
-    return Stripped(stripped, count[0], count[1])
+    return Stripped(stripped, count[0], count[1], count[2])
 
 
 def _protect(schema: Any, kept: set[str]) -> bool:
@@ -81,7 +85,7 @@ def _protect(schema: Any, kept: set[str]) -> bool:
             continue
         if not isinstance(node, dict):
             continue
-        bounded = bounded or _plain_bounded(node) or _counted(node)
+        bounded = bounded or _plain_bounded(node) or _counted(node) or _searched(node)
         for keyword in ("anyOf", "oneOf"):
             branches = node.get(keyword)
             if isinstance(branches, list) and _crowded(branches):
@@ -116,6 +120,9 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     if at not in kept and _counted(node):
         del out["maxItems"]
         count[1] += 1
+    if at not in kept and _searched(node):
+        del out["pattern"]
+        count[2] += 1
     for keyword in _VALUE_MAPS:
         members = node.get(keyword)
         if isinstance(members, dict):
@@ -146,6 +153,17 @@ def _is(kind: str, schema: dict[str, Any]) -> bool:
 
 def _plain_bounded(schema: dict[str, Any]) -> bool:
     return _is("string", schema) and isinstance(schema.get("maxLength"), int) and not any(k in schema for k in _SHAPED)
+
+
+def _searched(schema: dict[str, Any]) -> bool:
+    """A string whose only shape is a pattern it may match anywhere, and no ``maxLength`` (with
+    one, llguidance's intersection of the two proves an impossible pair at compile time)."""
+    return (
+        _is("string", schema)
+        and searching(schema.get("pattern"))
+        and "maxLength" not in schema
+        and not any(k in schema for k in _SHAPED if k != "pattern")
+    )
 
 
 def _counted(schema: dict[str, Any]) -> bool:
@@ -251,6 +269,8 @@ class BoundTable:
         self.escaped = [pack(escaped <= n, words) for n in range(int(escaped.max()))]
         #: The tokens that may add an item to an array (``tokenmold.grammar.counts``).
         self.items = ItemRows(spelled, size)
+        #: The tokens that close a string (``tokenmold.grammar.search_guard``).
+        self.closers = Closers(spelled)
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> BoundTable:
@@ -267,6 +287,8 @@ class BoundSchema:
         self.smallest = smallest_bound(root)
         #: Whether some array has a ``maxItems`` (the guard then counts items).
         self.counted = any(map(_counted, _nodes(root)))
+        #: Whether some string has a pattern the guard holds (it then checks closing quotes).
+        self.searched = any(map(_searched, _nodes(root)))
 
 
 class BoundGuard:
@@ -281,6 +303,10 @@ class BoundGuard:
         self._opening = table.opening[smallest] if smallest is not None and smallest < len(table.opening) else None
         self._kept: np.ndarray = np.zeros((table.size + 31) // 32, dtype=np.int32)
         self._counted = schema.counted
+        self._searched = schema.searched
+        #: The string (pointer, content so far) whose content already holds a lasting match of its
+        #: pattern: every later step in it is free (rescanning a long text each step would not be).
+        self._found: tuple[str, bytes] | None = None
 
     def feed(self, tokens: Iterable[int]) -> None:
         for token in tokens:
@@ -296,10 +322,38 @@ class BoundGuard:
             self._within(words, top, max(left, 0))
         if self.tracker.lost:
             return
+        if self._searched:
+            self._search(words, top)
         if self._opening is not None:
             self._opened(words, self._opening)
         if self._counted:
             restrict_items(self.tracker, self.table.items, self.table.by_id, words)
+
+    def _search(self, words: np.ndarray, top: Any) -> None:
+        """The open string's closing quote only where its content holds its pattern; elsewhere,
+        the same for the strings a token opens and closes at once (``":"``, few)."""
+        closers = self.table.closers
+        if isinstance(top, Str):
+            if top.text.open or self._found_in(top):
+                return
+            patterns = _patterns(top)
+            if patterns and restrict_closing(top.text.raw, patterns, closers, words):
+                self._found = (top.pointer, top.text.raw)
+            return
+        candidates = closers.whole_ids[token_bits(words, closers.whole_ids)]
+        over = []
+        for token in candidates.tolist():
+            opened, content = closers.whole[token]
+            inside = self.tracker.feed(self.table.by_id[token][: opened + 1]).top
+            patterns = _patterns(inside) if isinstance(inside, Str) else None
+            if patterns and not matches(content, patterns):
+                over.append(token)
+        if over and len(over) < len(allowed_tokens(words, self.table.size)):
+            clear_tokens(words, np.array(over, dtype=np.int64))
+
+    def _found_in(self, top: Str) -> bool:
+        found = self._found
+        return found is not None and found[0] == top.pointer and top.text.raw.startswith(found[1])
 
     def _opened(self, words: np.ndarray, opening: np.ndarray) -> None:
         """Try one by one the allowed tokens that write enough into a string they open to overrun
@@ -340,6 +394,17 @@ def _left(top: Any) -> int | None:
             return None
         bounds.append(bound)
     return max(bounds) - top.text.chars if bounds else None
+
+
+def _patterns(top: Str) -> list[str] | None:
+    """The patterns the open string must match, one of them (``None``: a candidate has none the
+    guard holds, so it may close anyway)."""
+    patterns: list[str] = []
+    for cand in top.cands:
+        if not _searched(cand.schema):
+            return None
+        patterns.append(cand.schema["pattern"])
+    return patterns
 
 
 def _overrun(top: Any) -> bool:

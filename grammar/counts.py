@@ -33,8 +33,8 @@ def _comma_after(data: bytes, start: int) -> bool:
     return rest[:1] == b","
 
 
-def closes_string_then_comma(data: bytes) -> bool:
-    """Read inside a string in plain text: whether ``data`` closes it and then writes a comma."""
+def closing_quote(data: bytes) -> int | None:
+    """Where ``data``, read inside a string in plain text, closes it (``None``: it does not)."""
     escaped = False
     for at, byte in enumerate(data):
         if escaped:
@@ -42,8 +42,14 @@ def closes_string_then_comma(data: bytes) -> bool:
         elif byte == 0x5C:
             escaped = True
         elif byte == 0x22:
-            return _comma_after(data, at + 1)
-    return False
+            return at
+    return None
+
+
+def closes_string_then_comma(data: bytes) -> bool:
+    """Read inside a string in plain text: whether ``data`` closes it and then writes a comma."""
+    at = closing_quote(data)
+    return at is not None and _comma_after(data, at + 1)
 
 
 def ends_number_then_comma(data: bytes) -> bool:

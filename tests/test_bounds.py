@@ -13,6 +13,7 @@ import jsonschema
 import llguidance
 import pytest
 import torch
+from guard_paths import engine_and_local, first_refused
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
@@ -37,7 +38,7 @@ LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": 
 
 
 def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -> None:
-    stripped, count, _ = strip_bounds(BOUNDED)
+    stripped, count, _, _ = strip_bounds(BOUNDED)
     assert count == 3
     properties = stripped["properties"]
     assert "maxLength" not in properties["title"] and "maxLength" not in properties["tags"]["items"]
@@ -47,7 +48,7 @@ def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -
         "anyOf": [{"$ref": "#/$defs/short"}, {"type": "string", "pattern": "^x+$"}],
         "$defs": {"short": {"type": "string", "maxLength": 2}},
     }
-    assert strip_bounds(two_strings) == (two_strings, 0, 0)  # which branch's bound would apply?
+    assert strip_bounds(two_strings) == (two_strings, 0, 0, 0)  # which branch's bound would apply?
     patterned = {
         "type": "object",
         "patternProperties": {"^x": {}},
@@ -110,23 +111,8 @@ def test_the_guarded_mask_keeps_llguidances_bounded_mask_and_every_walk_ends_val
 
 
 def _engine_and_local(vocab):
-    """The engine's grammar wrapped by the plugin's ``_guard_bounds`` and the in-process matcher,
-    both past the forced prefix ``{"text":"``."""
-    from types import SimpleNamespace
-
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_bounds
-
-    compiled = LLGuidanceBackend(vocab).compile_json_schema(LONG, JsonOptions())
-    forced = tuple(vocab.encode('{"text":"'))
-    parsed = compiled.engine_spec.llguidance
-    assert parsed is not None and parsed.bounds is not None
-    backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
-    engine = _compile_llguidance(backend, parsed.grammar, forced)
-    _guard_bounds(backend, engine, parsed.__class__(parsed.grammar, forced, bounds=parsed.bounds))
-    local = compiled.matcher()
-    for token in forced:
-        assert local.accept_token(token)
-    return engine, local
+    """The engine's path and the in-process matcher, both past the forced prefix ``{"text":"``."""
+    return engine_and_local(vocab, LONG, '{"text":"')
 
 
 #: 43 characters: past the bound of 40.
@@ -137,17 +123,9 @@ def test_the_engine_runs_the_same_guard_as_the_in_process_matcher(vocab) -> None
     """The plugin's path without the engine: the wrapped grammar fills the rows the in-process
     matcher fills, forced prefix included."""
     engine, local = _engine_and_local(vocab)
-    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
-    refused = None
-    for token in vocab.encode(FOX):
-        engine.fill_bitmask(rows, 0)
-        local.fill_next_token_bitmask(rows, 1)
-        assert torch.equal(rows[0], rows[1])
-        if token not in allowed_tokens(rows[1].numpy(), vocab.vocab_size):
-            refused = token
-            break
-        assert local.accept_token(token) and engine.accept_tokens("r", [token])
-    assert refused is not None, "the 43-character text was let through a maxLength of 40"
+    assert first_refused(vocab, engine, local, FOX) is not None, (
+        "the 43-character text was let through a maxLength of 40"
+    )
 
 
 def test_the_engine_guard_follows_vllms_rollback_of_drafts(vocab) -> None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import random
-from types import SimpleNamespace
 
 import jsonschema
 import llguidance
 import pytest
 import torch
+from guard_paths import engine_and_local, first_refused
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
@@ -46,7 +46,7 @@ def test_arrays_lose_their_max_items_unless_a_sibling_branch_is_an_array_too() -
     assert "maxItems" not in stripped.schema and "maxItems" not in stripped.schema["items"]["anyOf"][1]
     assert strip_bounds({"type": "array", "maxItems": 0}).items == 0  # nothing to count
     two_arrays = {"anyOf": [{"type": "array", "maxItems": 1}, {"type": "array", "items": {"type": "string"}}]}
-    assert strip_bounds(two_arrays) == (two_arrays, 0, 0)  # which branch's bound would apply?
+    assert strip_bounds(two_arrays) == (two_arrays, 0, 0, 0)  # which branch's bound would apply?
     assert NESTED["maxItems"] == 2  # the schema given is left as it was
 
 
@@ -106,23 +106,5 @@ def test_the_guarded_mask_keeps_llguidances_counted_mask_and_every_walk_ends_val
 def test_the_engine_runs_the_same_count_as_the_in_process_matcher(vocab) -> None:
     """The plugin's path without the engine: the wrapped grammar fills the rows the in-process
     matcher fills, and the fourth number of a ``maxItems: 3`` list is refused by both."""
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_bounds
-
-    compiled = LLGuidanceBackend(vocab).compile_json_schema(NUMBERS, JsonOptions())
-    parsed = compiled.engine_spec.llguidance
-    assert parsed is not None and parsed.bounds is not None
-    backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
-    engine = _compile_llguidance(backend, parsed.grammar, parsed.forced)
-    _guard_bounds(backend, engine, parsed)
-    local = compiled.matcher()
-    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
-    refused = None
-    for token in vocab.encode("[1,2,3,4]"):
-        engine.fill_bitmask(rows, 0)
-        local.fill_next_token_bitmask(rows, 1)
-        assert torch.equal(rows[0], rows[1])
-        if token not in allowed_tokens(rows[1].numpy(), vocab.vocab_size):
-            refused = vocab.hf_tokenizer.decode([token])
-            break
-        assert local.accept_token(token) and engine.accept_tokens("r", [token])
-    assert refused == ",", "a fourth item was let through a maxItems of 3"
+    engine, local = engine_and_local(vocab, NUMBERS)
+    assert first_refused(vocab, engine, local, "[1,2,3,4]") == ",", "a fourth item was let through a maxItems of 3"

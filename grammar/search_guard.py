@@ -1,0 +1,163 @@
+"""Unanchored string patterns enforced next to llguidance instead of inside it.
+
+JSON Schema's ``pattern`` is a search: ``\\d{4}-\\d{2}`` matches any text that contains such a
+date. A pattern with no ``^`` can begin its match anywhere, so every text is the beginning of some
+matching text (write the match after it): inside such a string any content is allowed, and only
+the closing quote depends on the pattern. llguidance, given the pattern, builds the search as a
+lexeme whose states are unions of all the partial matches in flight, and its token-trie walk has no
+shortcut for them: 400 µs a mask on MaskBench's `Github_easy---o12621` against 3-8 µs in the same
+string without the pattern (issue 16).
+
+So such strings compile without their ``pattern`` (``tokenmold.grammar.bounds.strip_bounds``) and
+this mask puts it back on the bound guard's tracker: the tokens that close the string (a quote,
+after content or not; 163 of SmolLM2's 49,152) stay allowed only where the content they complete
+contains a match, searched with the validation layer's regular expressions
+(``tokenmold.grammar.jsonschema.regex``), so the mask and the verdict agree. Once the content holds
+a match that no later character can undo (no ``$``, lookahead or word boundary in the pattern),
+nothing is checked any more.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+import regex
+
+from tokenmold.grammar.counts import closing_quote
+from tokenmold.grammar.jsonschema.regex import PatternError, compile_pattern
+from tokenmold.grammar.rows import clear_tokens, token_bits
+
+#: Constructs after which a longer text may lose the match a shorter one had.
+_FRAGILE = ("$", "(?=", "(?!", "\\b", "\\B")
+#: Constructs whose match depends on the text before it.
+_LOOKING_BACK = ("(?<", "\\b", "\\B")
+#: How the normalizer writes a pattern with no ``^`` (``regex.grammar_pattern``): ``^.*X.*$``, or
+#: ``^.*X$`` when it ends with ``$``.
+_LEAD, _TAIL = "^.*", ".*$"
+
+
+def searching(pattern: object) -> bool:
+    """Whether ``pattern`` (as normalized) may begin its match anywhere: ``^.*`` and no other ``^``
+    (a negated class included: the test stays simple and errs towards leaving a pattern to
+    llguidance), and it compiles."""
+    if not isinstance(pattern, str) or not pattern.startswith(_LEAD) or "^" in pattern[1:]:
+        return False
+    try:
+        _searcher(pattern)
+    except PatternError:
+        return False
+    return True
+
+
+@lru_cache(maxsize=1024)
+def _searcher(pattern: str) -> Searcher:
+    """What the guard searches for a normalized ``^.*X.*$`` (or ``^.*X$``): ``X`` (or ``X$``), as
+    the validator searches the schema's own pattern (the normalizer's leading ``.*`` does not cross
+    a line break, which would leave a text with one no way to close), and whether a match survives
+    any longer text."""
+    body = pattern[len(_LEAD) :]
+    closed = body.endswith(_TAIL) and not body.endswith("\\" + _TAIL)
+    core = body[: -len(_TAIL)] if closed else body
+    lasting = closed and not any(mark in core for mark in _FRAGILE)
+    return Searcher(compile_pattern(core), lasting, any(mark in core for mark in _LOOKING_BACK))
+
+
+class Searcher(NamedTuple):
+    regex: regex.Pattern[str]
+    #: Once the text holds a match, every longer text does too.
+    lasting: bool
+    #: Whether a match may depend on the text before it (lookbehind, word boundaries).
+    looks_back: bool
+
+
+class Closers:
+    """Per vocabulary: the tokens that close a string read in plain text, and for each the content
+    it writes before the quote (as an index into ``contents``: about 60 distinct ones)."""
+
+    def __init__(self, tokens: Iterable[tuple[int, bytes]]) -> None:
+        tokens_list = list(tokens)
+        found = sorted((token, data[:at]) for token, data in tokens_list if (at := closing_quote(data)) is not None)
+        self.contents: list[bytes] = sorted({content for _, content in found})
+        #: Each content as text where it is plain ASCII without escapes (``None``: decode in place).
+        self.texts: list[str | None] = [c.decode() if c.isascii() and b"\\" not in c else None for c in self.contents]
+        #: The tokens that open a string and close it too (``":"``): the quote opening it, and the
+        #: content between.
+        self.whole: dict[int, tuple[int, bytes]] = {}
+        for token, data in tokens_list:
+            opened = data.find(b'"')
+            closed = closing_quote(data[opened + 1 :]) if opened >= 0 else None
+            if closed is not None:
+                self.whole[token] = (opened, data[opened + 1 : opened + 1 + closed])
+        self.whole_ids = np.array(sorted(self.whole), dtype=np.int64)
+        index = {content: i for i, content in enumerate(self.contents)}
+        self.ids = np.array([token for token, _ in found], dtype=np.int64)
+        self.group = np.array([index[content] for _, content in found], dtype=np.int64)
+        self._alone: dict[str, np.ndarray] = {}
+
+    def alone(self, pattern: str, searcher: Searcher) -> np.ndarray:
+        """Per content, whether it holds a match by itself (memoized per pattern)."""
+        found = self._alone.get(pattern)
+        if found is None:
+            texts = [t if t is not None else _decoded(c) for t, c in zip(self.texts, self.contents, strict=True)]
+            found = np.array([t is not None and searcher.regex.search(t) is not None for t in texts])
+            self._alone[pattern] = found
+        return found
+
+
+def restrict_closing(raw: bytes, patterns: list[str], closers: Closers, words: np.ndarray) -> bool:
+    """Inside a string whose content so far is ``raw`` (as written, escapes kept), clear the tokens
+    that would close it with no match of any of ``patterns`` in its content. Whether the content
+    holds a match no later character can undo (the caller need not look again in this string). A
+    row is never emptied."""
+    content = _decoded(raw)
+    if content is None:
+        return False
+    searchers = [_searcher(p) for p in patterns]
+    if any(s.lasting and s.regex.search(content) for s in searchers):
+        return True
+    allowed = token_bits(words, closers.ids)
+    present: np.ndarray = np.zeros(len(closers.contents), dtype=bool)
+    present[closers.group[allowed]] = True
+    matched: np.ndarray = np.zeros(len(closers.contents), dtype=bool)
+    for pattern, searcher in zip(patterns, searchers, strict=True):
+        # A match the closing token completes starts where the content's first partial match
+        # does; with none, within the token's own content (known per pattern).
+        partial = searcher.regex.search(content, partial=True)
+        if partial is None and not searcher.looks_back:
+            matched |= closers.alone(pattern, searcher)
+            continue
+        start = partial.start() if partial is not None else len(content)
+        search, texts = searcher.regex.search, closers.texts
+        for group in np.flatnonzero(present & ~matched).tolist():
+            written = texts[group]
+            text = content + written if written is not None else _decoded(raw + closers.contents[group])
+            matched[group] = text is not None and search(text, start) is not None
+    refused = ~matched
+    out = closers.ids[allowed & refused[closers.group]]
+    if len(out):
+        kept = words.copy()
+        clear_tokens(kept, out)
+        if kept.any():
+            words[:] = kept
+    return False
+
+
+def matches(raw: bytes, patterns: list[str]) -> bool:
+    """Whether a whole string's content ``raw`` (as written) holds a match of one of ``patterns``
+    (an unreadable content counts as one: the grammar judges it)."""
+    content = _decoded(raw)
+    return content is None or any(_searcher(p).regex.search(content) for p in patterns)
+
+
+def _decoded(raw: bytes) -> str | None:
+    """A string's content from its JSON text (``None`` where it is not whole: an open escape, a
+    split character)."""
+    try:
+        value = json.loads(b'"' + raw + b'"')
+    except ValueError:
+        return None
+    return value if isinstance(value, str) else None

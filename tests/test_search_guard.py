@@ -1,0 +1,102 @@
+"""Unanchored patterns (``tokenmold.grammar.search_guard``): strings whose pattern may match
+anywhere compile without it and the bound guard checks their closing quotes. Checked against
+llguidance with the pattern in its grammar on random walks through the real vocabulary (the guard
+keeps every token llguidance allows, and every finished walk is valid for the schema as written),
+and on the engine's path (``vllm_plugin``)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import llguidance
+import pytest
+import torch
+from guard_paths import engine_and_local, first_refused
+
+from tokenmold.grammar.backends.base import JsonOptions
+from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
+from tokenmold.grammar.bounds import strip_bounds
+from tokenmold.grammar.jsonschema.normalize import normalize_schema
+from tokenmold.grammar.rows import allowed_tokens
+from tokenmold.grammar.search_guard import searching
+
+#: A match that lasts once found, and one that must end the text (``$``).
+CODE = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[0-9]{2}"}}, "required": ["code"]}
+ENDING = {"type": "array", "items": {"type": "string", "pattern": "a[bc]$"}, "minItems": 1}
+LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+def _normalized(schema):
+    return normalize_schema(schema).schema
+
+
+def test_only_patterns_that_may_match_anywhere_leave_the_grammar() -> None:
+    assert searching(_normalized(CODE)["properties"]["code"]["pattern"])  # ^.*[0-9]{2}.*$
+    assert not searching("^[0-9]{2}$") and not searching("^.*[^a]b.*$")  # anchored; a negated class
+    assert not searching("^.*(.*$")  # not a regular expression
+    stripped = strip_bounds(_normalized(CODE))
+    assert stripped.patterns == 1 and "pattern" not in stripped.schema["properties"]["code"]
+    bounded = {"type": "string", "pattern": "^.*x.*$", "maxLength": 3}
+    assert strip_bounds(bounded).patterns == 0  # llguidance proves an impossible pair at compile time
+    assert strip_bounds({"type": "string", "pattern": "^.*x.*$", "format": "email"}).patterns == 0
+
+
+def _llguidance(vocab, schema):
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": LAYOUT}))
+    return LLGuidanceBackend(vocab).compile_grammar(grammar)
+
+
+@pytest.mark.parametrize(
+    ("schema", "preferred"),
+    [(CODE, [str(d).encode() for d in range(10)]), (ENDING, [b"ab", b"ac", b"a"])],
+    ids=["lasting", "ending"],
+)
+def test_the_guarded_mask_keeps_llguidances_mask_and_every_walk_ends_valid(vocab, schema, preferred) -> None:
+    """Every token llguidance allows with the pattern in its grammar, the guard allows; the guard
+    refuses only closing quotes; walks that prefer short tokens and quotes all end valid."""
+    normalized = _normalized(schema)
+    guarded = LLGuidanceBackend(vocab).compile_json_schema(normalized, JsonOptions())
+    assert guarded.bounds is not None
+    reference, bare = _llguidance(vocab, normalized), _llguidance(vocab, strip_bounds(normalized).schema)
+    spelling = vocab.bound_table.by_id
+    rng = random.Random(5)
+    rows = torch.zeros((3, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    completed = held = 0
+    for _ in range(16):
+        ours_m, theirs_m, bare_m = guarded.matcher(), reference.matcher(), bare.matcher()
+        tokens: list[int] = []
+        for _ in range(80):
+            ours_m.fill_next_token_bitmask(rows, 0)
+            bare_m.fill_next_token_bitmask(rows, 2)
+            ours, unguarded = (set(allowed_tokens(rows[i].numpy(), vocab.vocab_size).tolist()) for i in (0, 2))
+            if theirs_m is not None:
+                theirs_m.fill_next_token_bitmask(rows, 1)
+                assert set(allowed_tokens(rows[1].numpy(), vocab.vocab_size).tolist()) <= ours
+            assert all(b'"' in spelling[t] for t in unguarded - ours)
+            held += bool(unguarded - ours)
+            quotes = [t for t in ours if b'"' in spelling[t] or t in vocab.stop_token_ids]
+            digits = [t for t in ours if spelling[t] in preferred]
+            short = [t for t in ours if 0 < len(spelling[t]) <= 2 and b"\\" not in spelling[t]] or sorted(ours)
+            draw = rng.random()
+            token = rng.choice(quotes if quotes and draw < 0.35 else digits if digits and draw < 0.7 else short)
+            if token in vocab.stop_token_ids:
+                jsonschema.validate(json.loads(vocab.hf_tokenizer.decode(tokens)), schema)
+                completed += 1
+                break
+            assert ours_m.accept_token(token) and bare_m.accept_token(token)
+            if theirs_m is not None and not theirs_m.accept_token(token):
+                # llguidance's reading of the normalized pattern is narrower than the validator's
+                # (a line break, ``$`` before a final one): compared up to here; validity is checked.
+                theirs_m = None
+            tokens.append(token)
+    assert completed >= 8 and held > 0
+
+
+def test_the_engine_runs_the_same_check_as_the_in_process_matcher(vocab) -> None:
+    """The plugin's path without the engine: the wrapped grammar fills the rows the in-process
+    matcher fills, and a code with no two digits in a row cannot be closed."""
+    engine, local = engine_and_local(vocab, _normalized(CODE))
+    refused = first_refused(vocab, engine, local, '{"code":"a1b2"}')
+    assert refused is not None and '"' in refused, "a code without two digits was closed"
