@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.apply import run_apply
 from benchmarks.corpus import sample, source_of
 from benchmarks.engines import ENGINE_NAMES
 from benchmarks.masks import run_masks
@@ -237,3 +238,12 @@ def test_masks_sorts_leaks_by_the_keyword_the_mask_let_through(tmp_path):
     assert (stats["invalid_accepted_by_mask"], stats["invalid_accepted_final"]) == (1, 0)
     assert stats["leaks_by_keyword"] == {"uniqueItems": 1}
     assert [e["test"] for e in stats["examples"]["leak:uniqueItems"]] == [0]
+
+
+def test_apply_bench_checks_its_rows_against_the_whole_row_pass(paths, capsys):
+    """``python -m benchmarks apply``: real rows from the walks, batches applied both ways (the
+    bench itself asserts the two agree), one line per batch size."""
+    assert run_apply([*paths, "--per-schema", "8", "--batch", "4,8", "--repeats", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "rows:" in out and "refuse few tokens" in out
+    assert [line.split()[0] for line in out.splitlines()[-2:]] == ["4", "8"]
