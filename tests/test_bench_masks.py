@@ -32,6 +32,8 @@ MASK_FIELDS = COMPILE_FIELDS | {
     "invalid_accepted_final",
     "mismatches",
     "tbm_us",
+    "slow_masks",
+    "slow_masks_by_file",
     "by_source",
     "examples",
 }
