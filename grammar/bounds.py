@@ -33,7 +33,7 @@ import numpy as np
 from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
-from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack, token_bits
+from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack, token_bits
 from tokenmold.grammar.search_guard import Closers, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
@@ -188,11 +188,6 @@ def _nodes(schema: Any) -> Iterator[dict[str, Any]]:
             stack.extend(node)
 
 
-def smallest_bound(schema: Any) -> int | None:
-    """The smallest ``maxLength`` of a string anywhere in ``schema`` (``None``: there is none)."""
-    return min((node["maxLength"] for node in _nodes(schema) if _plain_bounded(node)), default=None)
-
-
 def chars_opened(data: bytes) -> int:
     """Characters ``data`` writes into a string it opens (after a quote that begins one), read
     from outside a string and from inside one; the larger (0 if it opens none)."""
@@ -284,11 +279,17 @@ class BoundSchema:
     def __init__(self, text: str) -> None:
         root = json.loads(text)
         self.schema = FitSchema(root)
-        self.smallest = smallest_bound(root)
-        #: Whether some array has a ``maxItems`` (the guard then counts items).
-        self.counted = any(map(_counted, _nodes(root)))
-        #: Whether some string has a pattern the guard holds (it then checks closing quotes).
-        self.searched = any(map(_searched, _nodes(root)))
+        lengths: list[int] = []
+        #: Whether some array has a ``maxItems`` (the guard then counts items), and whether some
+        #: string has a pattern the guard holds (it then checks closing quotes).
+        self.counted = self.searched = False
+        for node in _nodes(root):  # one walk for the three
+            if _plain_bounded(node):
+                lengths.append(node["maxLength"])
+            self.counted = self.counted or _counted(node)
+            self.searched = self.searched or _searched(node)
+        #: The smallest ``maxLength`` of a plain string (``None``: there is none).
+        self.smallest = min(lengths, default=None)
 
 
 class BoundGuard:
@@ -348,8 +349,7 @@ class BoundGuard:
             patterns = _patterns(inside) if isinstance(inside, Str) else None
             if patterns and not matches(content, patterns):
                 over.append(token)
-        if over and len(over) < len(allowed_tokens(words, self.table.size)):
-            clear_tokens(words, np.array(over, dtype=np.int64))
+        clear_unless_emptied(words, over)
 
     def _found_in(self, top: Str) -> bool:
         found = self._found
@@ -362,9 +362,7 @@ class BoundGuard:
         if not len(candidates):
             return
         by_id, tracker = self.table.by_id, self.tracker
-        over = [t for t in candidates.tolist() if _overrun(tracker.feed(by_id[t]).top)]
-        if over and len(over) < len(allowed_tokens(words, self.table.size)):
-            clear_tokens(words, np.array(over, dtype=np.int64))
+        clear_unless_emptied(words, [t for t in candidates.tolist() if _overrun(tracker.feed(by_id[t]).top)])
 
     def _within(self, words: np.ndarray, top: Str, left: int) -> None:
         """Keep the tokens that write at most ``left`` more characters into the open string."""
@@ -372,15 +370,11 @@ class BoundGuard:
         if escape > 0:
             allowed = allowed_tokens(words, self.table.size)
             by_id = self.table.by_id
-            over = [t for t in allowed.tolist() if chars_before_close(by_id[t], escape) > left]
-            if len(over) < len(allowed):
-                clear_tokens(words, np.array(over, dtype=np.int64))
+            clear_unless_emptied(words, [t for t in allowed.tolist() if chars_before_close(by_id[t], escape) > left])
             return
         rows = self.table.escaped if escape == -1 else self.table.plain
         if left < len(rows):
-            kept = np.bitwise_and(words, rows[left], out=self._kept)
-            if kept.any():
-                words[:] = kept
+            keep_unless_emptied(words, np.bitwise_and(words, rows[left], out=self._kept))
 
 
 def _left(top: Any) -> int | None:

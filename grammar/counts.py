@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Tracker
-from tokenmold.grammar.rows import allowed_tokens, clear_tokens, pack
+from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack
 
 _WHITESPACE = b" \t\n\r"
 _NUMBER = b"0123456789+-.eE"
@@ -125,26 +125,18 @@ def restrict_items(tracker: Tracker, rows: ItemRows, by_id: list[bytes], words: 
         depth = len(stack) - 1 - at
         if depth == 0:
             if frame.phase == "after" and frame.items >= most:
-                _clear(words, rows.first)
+                keep_unless_emptied(words, words & ~rows.first)
         elif frame.items + 1 >= most:
             if depth == 1 and isinstance(top, Str) and not top.text.open:
-                _clear(words, rows.string)
+                keep_unless_emptied(words, words & ~rows.string)
             elif depth == 1 and isinstance(top, Num):
-                _clear(words, rows.number)
+                keep_unless_emptied(words, words & ~rows.number)
             else:
                 closes = depth > 1 or isinstance(top, (Obj, Arr))
                 _try(tracker, words & (rows.bracket if closes else rows.any), by_id, words)
 
 
-def _clear(words: np.ndarray, keep_out: np.ndarray) -> None:
-    kept = words & ~keep_out
-    if kept.any():
-        words[:] = kept
-
-
 def _try(tracker: Tracker, candidates: np.ndarray, by_id: list[bytes], words: np.ndarray) -> None:
     """Clear those of ``candidates`` (packed) after which ``tracker`` shows an array overrun."""
     tokens = allowed_tokens(candidates, len(by_id))
-    over = [t for t in tokens.tolist() if overrun(tracker.feed(by_id[t]))]
-    if over and len(over) < len(allowed_tokens(words, len(by_id))):
-        clear_tokens(words, np.array(over, dtype=np.int64))
+    clear_unless_emptied(words, [t for t in tokens.tolist() if overrun(tracker.feed(by_id[t]))])

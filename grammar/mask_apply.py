@@ -63,11 +63,8 @@ def apply_rows(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int,
     """
     if not pairs:
         return
-    width = min(logits.shape[1], bitmask.shape[1] * 32)
-    view = logits.view(torch.int16).numpy()
-    neg_inf = _NEG_INF_BITS[logits.dtype]
-    masks = np.ascontiguousarray(bitmask[[row for row, _ in pairs], : (width + 31) // 32])
-    rows = np.array([row for _, row in pairs], dtype=np.int64)
+    batch = _batch(logits, bitmask, pairs)
+    masks, rows, view, width, neg_inf = batch
     few_refused, few_allowed = row_kinds(masks)
     if few_refused.any():
         ids = _tokens(masks[few_refused], rows[few_refused], width, allowed=False)
@@ -79,23 +76,38 @@ def apply_rows(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int,
         view[ids] = kept
     rest = ~(few_refused | few_allowed)
     if rest.any():
-        whole_rows(view, masks[rest], rows[rest], width, neg_inf)
+        _whole_rows(batch, rest)
 
 
 def apply_whole_rows(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int, int]]) -> None:
     """``apply_rows`` with every row taking the whole-row pass (the benchmarks' reference)."""
+    _whole_rows(_batch(logits, bitmask, pairs), slice(None))
+
+
+class _Batch(NamedTuple):
+    """The rows of one application: their bitmask words, their logit rows, the logits as int16."""
+
+    masks: np.ndarray
+    rows: np.ndarray
+    view: np.ndarray
+    width: int
+    neg_inf: int
+
+
+def _batch(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int, int]]) -> _Batch:
     width = min(logits.shape[1], bitmask.shape[1] * 32)
     masks = np.ascontiguousarray(bitmask[[row for row, _ in pairs], : (width + 31) // 32])
     rows = np.array([row for _, row in pairs], dtype=np.int64)
-    whole_rows(logits.view(torch.int16).numpy(), masks, rows, width, _NEG_INF_BITS[logits.dtype])
+    return _Batch(masks, rows, logits.view(torch.int16).numpy(), width, _NEG_INF_BITS[logits.dtype])
 
 
-def whole_rows(view: np.ndarray, masks: np.ndarray, rows: np.ndarray, width: int, neg_inf: int) -> None:
-    """Every bit of ``masks`` unpacked and -inf written into ``view``'s ``rows`` where it is 0."""
-    bits = np.unpackbits(masks.view(np.uint8), axis=1, bitorder="little", count=width)
-    selected = view[rows, :width]
-    np.putmask(selected, bits == 0, neg_inf)
-    view[rows, :width] = selected
+def _whole_rows(batch: _Batch, which: np.ndarray | slice) -> None:
+    """Every bit of the ``which`` rows unpacked, and -inf written where it is 0."""
+    bits = np.unpackbits(batch.masks[which].view(np.uint8), axis=1, bitorder="little", count=batch.width)
+    rows = batch.rows[which]
+    selected = batch.view[rows, : batch.width]
+    np.putmask(selected, bits == 0, batch.neg_inf)
+    batch.view[rows, : batch.width] = selected
 
 
 def _tokens(masks: np.ndarray, rows: np.ndarray, width: int, *, allowed: bool) -> tuple[np.ndarray, np.ndarray]:

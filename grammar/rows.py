@@ -43,6 +43,21 @@ def clear_packed(words: np.ndarray, keep_out: np.ndarray) -> bool:
     return hit
 
 
+def keep_unless_emptied(words: np.ndarray, kept: np.ndarray) -> None:
+    """``words`` becomes ``kept`` (a subset of it) unless that allows no token at all: a mask after
+    the grammar never empties a row (they disagree only on what validation then refuses)."""
+    if kept.any():
+        words[:] = kept
+
+
+def clear_unless_emptied(words: np.ndarray, tokens: np.ndarray | list[int]) -> None:
+    """Clear the bits of ``tokens`` unless that empties the row (``keep_unless_emptied``)."""
+    if len(tokens):
+        kept = words.copy()
+        clear_tokens(kept, np.asarray(tokens, dtype=np.int64))
+        keep_unless_emptied(words, kept)
+
+
 def clear_tokens(words: np.ndarray, tokens: np.ndarray) -> bool:
     """Clear the bits of ``tokens`` (int64 ids); whether any was set."""
     if not len(tokens):

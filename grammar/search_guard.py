@@ -29,7 +29,7 @@ import regex
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.jsonschema.regex import PatternError, compile_pattern
-from tokenmold.grammar.rows import clear_tokens, token_bits
+from tokenmold.grammar.rows import clear_unless_emptied, token_bits
 
 #: Constructs after which a longer text may lose the match a shorter one had.
 _FRAGILE = ("$", "(?=", "(?!", "\\b", "\\B")
@@ -136,13 +136,7 @@ def restrict_closing(raw: bytes, patterns: list[str], closers: Closers, words: n
             written = texts[group]
             text = content + written if written is not None else _decoded(raw + closers.contents[group])
             matched[group] = text is not None and search(text, start) is not None
-    refused = ~matched
-    out = closers.ids[allowed & refused[closers.group]]
-    if len(out):
-        kept = words.copy()
-        clear_tokens(kept, out)
-        if kept.any():
-            words[:] = kept
+    clear_unless_emptied(words, closers.ids[allowed & ~matched[closers.group]])
     return False
 
 
