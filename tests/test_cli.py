@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -133,6 +134,10 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         assert row["unbounded_ratio"] == round(row["unbounded_tok_s"] / row["unconstrained_tok_s"], 3)
         assert row["http_overhead"] == round(1 - row["http_constrained_tok_s"] / row["constrained_tok_s"], 3)
         assert len(row["http_overhead_runs"]) == 2  # one per repeat, next to the in-process tokenmold run
+        runs = row["runs_tok_s"]  # every run kept, and the cells are their medians
+        assert set(runs) == {"unconstrained", "tokenmold", "tokenmold-unbounded", "vllm-json", "http"}
+        assert all(len(values) == 2 for values in runs.values())
+        assert abs(row["constrained_tok_s"] - statistics.median(runs["tokenmold"])) <= 0.1
         low, high = row["http_overhead_interval"]
         assert low <= row["http_overhead_paired_median"] <= high
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6

@@ -215,7 +215,9 @@ async def _figures(args: argparse.Namespace, runtime: Runtime, http: _Http | Non
 def _row(runs: dict[str, list[float]]) -> dict[str, Any]:
     """One batch size's figures from its runs (tok/s per mode); modes not run are left out."""
     median = {mode: round(statistics.median(values), 1) for mode, values in runs.items() if values}
-    row: dict[str, Any] = {}
+    # Every run's tok/s, in the order run: a drift or one slow repeat shows here, not in a median.
+    kept = {mode: [round(v, 1) for v in values] for mode, values in runs.items() if values}
+    row: dict[str, Any] = {"runs_tok_s": kept}
     for mode, name in (
         ("unconstrained", "unconstrained"),
         ("tokenmold", "constrained"),
