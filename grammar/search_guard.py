@@ -24,12 +24,14 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import NamedTuple
 
+import interegular
 import numpy as np
 import regex
+from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.jsonschema.regex import PatternError, compile_pattern
-from tokenmold.grammar.rows import clear_unless_emptied, token_bits
+from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack, token_bits
 
 #: Constructs after which a longer text may lose the match a shorter one had.
 _FRAGILE = ("$", "(?=", "(?!", "\\b", "\\B")
@@ -38,6 +40,10 @@ _LOOKING_BACK = ("(?<", "\\b", "\\B")
 #: How the normalizer writes a pattern with no ``^`` (``regex.grammar_pattern``): ``^.*X.*$``, or
 #: ``^.*X$`` when it ends with ``$``.
 _LEAD, _TAIL = "^.*", ".*$"
+#: Above this many closer contents left to search, the row is asked first which are allowed.
+_FEW_GROUPS = 4
+#: The characters ``Searcher.last_chars`` answers for.
+_PRINTABLE = frozenset(chr(c) for c in range(0x20, 0x7F))
 
 
 def searching(pattern: object) -> bool:
@@ -63,7 +69,9 @@ def _searcher(pattern: str) -> Searcher:
     closed = body.endswith(_TAIL) and not body.endswith("\\" + _TAIL)
     core = body[: -len(_TAIL)] if closed else body
     lasting = closed and not any(mark in core for mark in _FRAGILE)
-    return Searcher(compile_pattern(core), lasting, any(mark in core for mark in _LOOKING_BACK))
+    looks_back = any(mark in core for mark in _LOOKING_BACK)
+    compiled = compile_pattern(core)
+    return Searcher(compiled, lasting, looks_back, _last_chars(core) if lasting and not looks_back else None)
 
 
 class Searcher(NamedTuple):
@@ -72,6 +80,27 @@ class Searcher(NamedTuple):
     lasting: bool
     #: Whether a match may depend on the text before it (lookbehind, word boundaries).
     looks_back: bool
+    #: The printable ASCII characters a match can end with (``None``: unknown, or any).
+    last_chars: frozenset[str] | None
+
+
+def _last_chars(core: str) -> frozenset[str] | None:
+    """The printable ASCII characters a match of ``core`` can end with, read off interegular's
+    automaton of it (the labels of the transitions into its final states); ``None`` where it cannot
+    parse ``core`` or a match may end with any character. Only the printable ASCII range is
+    answered: there interegular's classes (``\\d``, ``\\w``, ``.``) mean what the validator's mean,
+    and a closer writing anything else is always searched."""
+    try:
+        fsm = interegular.parse_pattern(core).to_fsm()
+    except Exception:  # interegular's parser refuses what it does not know (\\p{...}, lookarounds)
+        return None
+    into_final = {label for moves in fsm.map.values() for label, state in moves.items() if state in fsm.finals}
+    mapping = fsm.alphabet._symbol_mapping
+    if mapping.get(anything_else) in into_final:
+        return None
+    return frozenset(
+        c for c, label in mapping.items() if isinstance(c, str) and c in _PRINTABLE and label in into_final
+    )
 
 
 class Closers:
@@ -97,6 +126,40 @@ class Closers:
         self.ids = np.array([token for token, _ in found], dtype=np.int64)
         self.group = np.array([index[content] for _, content in found], dtype=np.int64)
         self._alone: dict[str, np.ndarray] = {}
+        self._completing: dict[str, np.ndarray] = {}
+        self._kept: np.ndarray | None = None
+
+    def present(self, words: np.ndarray) -> np.ndarray:
+        """Per content, whether a token writing it and its quote is allowed in the row."""
+        present: np.ndarray = np.zeros(len(self.contents), dtype=bool)
+        present[self.group[token_bits(words, self.ids)]] = True
+        return present
+
+    def kept(self, words: int) -> np.ndarray:
+        """A row of ``words`` words with every bit set but the closers' (built once)."""
+        if self._kept is None or len(self._kept) != words:
+            flags: np.ndarray = np.zeros(words * 32, dtype=bool)
+            flags[self.ids] = True
+            self._kept = ~pack(flags, words)
+        return self._kept
+
+    def completing(self, pattern: str, searcher: Searcher) -> np.ndarray:
+        """Per content, whether it may complete a match the text before it started (memoized per
+        pattern). Once the text holds no match, a lasting pattern's new match ends inside the
+        content the closer writes: a plain printable ASCII content with no character a match can
+        end with cannot complete one. Any other content (empty, escaped, beyond ASCII) is always
+        searched."""
+        found = self._completing.get(pattern)
+        if found is None:
+            last = searcher.last_chars
+            found = np.array(
+                [
+                    last is None or not text or not set(text) <= _PRINTABLE or not last.isdisjoint(text)
+                    for text in ("" if t is None else t for t in self.texts)
+                ]
+            )
+            self._completing[pattern] = found
+        return found
 
     def alone(self, pattern: str, searcher: Searcher) -> np.ndarray:
         """Per content, whether it holds a match by itself (memoized per pattern)."""
@@ -119,10 +182,8 @@ def restrict_closing(raw: bytes, patterns: list[str], closers: Closers, words: n
     searchers = [_searcher(p) for p in patterns]
     if any(s.lasting and s.regex.search(content) for s in searchers):
         return True
-    allowed = token_bits(words, closers.ids)
-    present: np.ndarray = np.zeros(len(closers.contents), dtype=bool)
-    present[closers.group[allowed]] = True
     matched: np.ndarray = np.zeros(len(closers.contents), dtype=bool)
+    present: np.ndarray | None = None
     for pattern, searcher in zip(patterns, searchers, strict=True):
         # A match the closing token completes starts where the content's first partial match
         # does; with none, within the token's own content (known per pattern).
@@ -132,11 +193,18 @@ def restrict_closing(raw: bytes, patterns: list[str], closers: Closers, words: n
             continue
         start = partial.start() if partial is not None else len(content)
         search, texts = searcher.regex.search, closers.texts
-        for group in np.flatnonzero(present & ~matched).tolist():
+        groups = np.flatnonzero(~matched & closers.completing(pattern, searcher))
+        if len(groups) > _FEW_GROUPS:  # searching costs more than asking the row which are allowed
+            present = closers.present(words) if present is None else present
+            groups = groups[present[groups]]
+        for group in groups.tolist():
             written = texts[group]
             text = content + written if written is not None else _decoded(raw + closers.contents[group])
             matched[group] = text is not None and search(text, start) is not None
-    clear_unless_emptied(words, closers.ids[allowed & ~matched[closers.group]])
+    if matched.any():
+        clear_unless_emptied(words, closers.ids[~matched[closers.group]])
+    else:  # the usual case: every closer goes, in one pass over the row
+        keep_unless_emptied(words, words & closers.kept(len(words)))
     return False
 
 

@@ -20,7 +20,7 @@ from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import strip_bounds
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
 from tokenmold.grammar.rows import allowed_tokens
-from tokenmold.grammar.search_guard import searching
+from tokenmold.grammar.search_guard import _searcher, searching
 
 #: A match that lasts once found, and one that must end the text (``$``).
 CODE = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[0-9]{2}"}}, "required": ["code"]}
@@ -41,6 +41,25 @@ def test_only_patterns_that_may_match_anywhere_leave_the_grammar() -> None:
     bounded = {"type": "string", "pattern": "^.*x.*$", "maxLength": 3}
     assert strip_bounds(bounded).patterns == 0  # llguidance proves an impossible pair at compile time
     assert strip_bounds({"type": "string", "pattern": "^.*x.*$", "format": "email"}).patterns == 0
+
+
+@pytest.mark.parametrize("core", ["[0-9]{2}", "ab+c", "\\d{4}-\\d{2}", "[a-f]x?", "a.b"])
+def test_a_closer_is_searched_unless_it_cannot_complete_a_match(vocab, core) -> None:
+    """The closers a pattern skips write no character a match can end with: after a content with
+    no match, none of them ever completes one (random contents over the patterns' characters)."""
+    pattern = f"^.*{core}.*$"
+    searcher = _searcher(pattern)
+    closers = vocab.bound_table.closers
+    skipped = [t for t, kept in zip(closers.texts, closers.completing(pattern, searcher), strict=True) if not kept]
+    assert skipped and all(t for t in skipped)  # the bare quote is always searched
+    rng = random.Random(core)
+    checked = 0
+    for _ in range(400):
+        content = "".join(rng.choice("abcdefx.-0123456789") for _ in range(rng.randrange(8)))
+        if searcher.regex.search(content) is None:
+            checked += 1
+            assert not [t for t in skipped if searcher.regex.search(content + t)], content
+    assert checked > 50
 
 
 def _llguidance(vocab, schema):
