@@ -13,6 +13,8 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from tokenmold.grammar.rows import FirstRow
+
 #: Parsed grammars kept per process (least recently used dropped first).
 PROTOTYPE_CACHE_SIZE = 256
 
@@ -25,6 +27,8 @@ class MatcherPrototypes:
         self._log_level = log_level
         self._size = size
         self._prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
+        #: Each kept prototype's first row (``tokenmold.grammar.rows.FirstRow``), dropped with it.
+        self._first_rows: dict[tuple[str, tuple[int, ...]], FirstRow] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -57,5 +61,34 @@ class MatcherPrototypes:
             with self._lock:
                 self._prototypes[key] = prototype
                 if len(self._prototypes) > self._size:
-                    self._prototypes.popitem(last=False)
+                    self._first_rows.pop(self._prototypes.popitem(last=False)[0], None)
         return prototype.deep_copy()
+
+    def first_row(self, grammar: str, forced: tuple[int, ...] = ()) -> FirstRow | None:
+        """The first row every copy of a kept prototype fills alike (``None``: not kept)."""
+        key = (grammar, forced)
+        with self._lock:
+            if key not in self._prototypes:
+                return None
+            return self._first_rows.setdefault(key, FirstRow())
+
+
+def start_from(grammar: Any, first: FirstRow) -> None:
+    """Until vLLM's ``grammar`` (a ``GuidanceGrammar`` copied from a prototype) accepts a token, its
+    rows are the prototype's first row (filled by the first request, copied by the others); the
+    masks the plugin wraps around it later restrict that row as they would llguidance's own."""
+    accept, fill = grammar.accept_tokens, grammar.fill_bitmask
+    fresh = [True]
+
+    def accept_tokens(request_id: str, tokens: list[int]) -> bool:
+        fresh[0] = fresh[0] and not tokens
+        return bool(accept(request_id, tokens))
+
+    def fill_bitmask(bitmask: Any, idx: int) -> None:
+        if fresh[0]:
+            first.fill(bitmask[idx].numpy(), lambda: fill(bitmask, idx))
+        else:
+            fill(bitmask, idx)
+
+    grammar.accept_tokens = accept_tokens
+    grammar.fill_bitmask = fill_bitmask

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
-from tokenmold.service.llguidance_prototypes import MatcherPrototypes
+from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
 #: ``+cpu`` are ignored).
@@ -197,6 +197,9 @@ def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] =
         vocab_size=backend.vocab_size,
     )
     grammar.check_error()
+    first = prototypes.first_row(serialized, forced)
+    if first is not None:
+        start_from(grammar, first)
     return grammar
 
 

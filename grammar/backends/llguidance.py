@@ -44,6 +44,7 @@ from tokenmold.grammar.errors import (
     UnsatisfiableSchema,
     UnsupportedFeature,
 )
+from tokenmold.grammar.rows import FirstRow
 
 if TYPE_CHECKING:
     import torch
@@ -99,10 +100,18 @@ class LLGuidanceMatcher(TokenTextMatcher):
     """llguidance's matcher, and the bound guard after it where the grammar left string or array bounds
     to it (``tokenmold.grammar.bounds``; the engine runs the same guard, see the vLLM plugin)."""
 
-    def __init__(self, matcher: llguidance.LLMatcher, vocab: Vocabulary, guard: BoundGuard | None = None) -> None:
+    def __init__(
+        self,
+        matcher: llguidance.LLMatcher,
+        vocab: Vocabulary,
+        guard: BoundGuard | None = None,
+        first: FirstRow | None = None,
+    ) -> None:
         self._matcher = matcher
         self._vocab = vocab
         self._guard = guard
+        #: The grammar's first row, shared by its matchers (``None`` once a token is accepted).
+        self._first = first
         #: The last bitmask checked, with its base address, row size and numpy rows: torch's
         #: attribute reads cost ~2 µs a step, a third of llguidance's own mask time, so a tensor
         #: is checked once.
@@ -121,7 +130,12 @@ class LLGuidanceMatcher(TokenTextMatcher):
                 bitmask.view(-1, bitmask.shape[-1]).numpy(),
             )
         _, base, row_bytes, rows = self._bitmask
-        self._matcher.unsafe_compute_mask_ptr(base + index * row_bytes, row_bytes)
+        if self._first is not None:
+            self._first.fill(
+                rows[index], lambda: self._matcher.unsafe_compute_mask_ptr(base + index * row_bytes, row_bytes)
+            )
+        else:
+            self._matcher.unsafe_compute_mask_ptr(base + index * row_bytes, row_bytes)
         if self._guard is not None:
             self._guard.restrict(rows[index])
 
@@ -131,6 +145,7 @@ class LLGuidanceMatcher(TokenTextMatcher):
         if not self._matcher.consume_token(token_id):
             self.error = self._matcher.get_error() or f"token {token_id} is not allowed here"
             return False
+        self._first = None
         if self._guard is not None:
             self._guard.feed((token_id,))
         return True
@@ -150,6 +165,7 @@ class LLGuidanceCompiled(CompiledGrammar):
         self.grammar = grammar
         #: The normalized schema whose string and array bounds the bound guard enforces (``None``: none).
         self.bounds = bounds
+        self._first_row = FirstRow()
 
     @cached_property
     def _bound_schema(self) -> BoundSchema:
@@ -158,7 +174,7 @@ class LLGuidanceCompiled(CompiledGrammar):
 
     def matcher(self) -> LLGuidanceMatcher:
         guard = BoundGuard(self._bound_schema, self._vocab.bound_table) if self.bounds is not None else None
-        return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab, guard)
+        return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab, guard, self._first_row)
 
     @property
     def memory_bytes(self) -> int:
