@@ -34,7 +34,7 @@ from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
 from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack, token_bits
-from tokenmold.grammar.search_guard import Closers, matches, restrict_closing, searching
+from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: Keywords that make a string something other than "any text of bounded length": llguidance keeps
@@ -308,6 +308,9 @@ class BoundGuard:
         #: The string (pointer, content so far) whose content already holds a lasting match of its
         #: pattern: every later step in it is free (rescanning a long text each step would not be).
         self._found: tuple[str, bytes] | None = None
+        #: Where the search in the open string got (by pointer and patterns): the next step reads
+        #: only what it adds.
+        self._scan: tuple[tuple[str, tuple[str, ...]], Scan] | None = None
 
     def feed(self, tokens: Iterable[int]) -> None:
         for token in tokens:
@@ -338,15 +341,26 @@ class BoundGuard:
             if top.text.open or self._found_in(top):
                 return
             patterns = _patterns(top)
-            if patterns and restrict_closing(top.text.raw, patterns, closers, words):
+            if not patterns:
+                return
+            # A scan is a function of the content and the patterns: any earlier one they extend serves.
+            key = (top.pointer, tuple(patterns))
+            before = self._scan[1] if self._scan is not None and self._scan[0] == key else None
+            scan = restrict_closing(top.text.raw, patterns, closers, words, before)
+            if scan is None:
                 self._found = (top.pointer, top.text.raw)
+            self._scan = None if scan is None else (key, scan)
             return
         candidates = closers.whole_ids[token_bits(words, closers.whole_ids)]
         over = []
+        opening: dict[bytes, list[str] | None] = {}  # per text up to the quote (5 among 20 tokens)
         for token in candidates.tolist():
             opened, content = closers.whole[token]
-            inside = self.tracker.feed(self.table.by_id[token][: opened + 1]).top
-            patterns = _patterns(inside) if isinstance(inside, Str) else None
+            head = self.table.by_id[token][: opened + 1]
+            if head not in opening:
+                inside = self.tracker.feed(head).top
+                opening[head] = _patterns(inside) if isinstance(inside, Str) else None
+            patterns = opening[head]
             if patterns and not matches(content, patterns):
                 over.append(token)
         clear_unless_emptied(words, over)

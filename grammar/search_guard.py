@@ -171,27 +171,41 @@ class Closers:
         return found
 
 
-def restrict_closing(raw: bytes, patterns: list[str], closers: Closers, words: np.ndarray) -> bool:
+class Scan(NamedTuple):
+    """How far the search in one open string got, so the next step reads only what was added:
+    its content as written and decoded, and per pattern where a match may still begin (before
+    that position no match can begin however the string goes on)."""
+
+    raw: bytes
+    content: str
+    starts: tuple[int, ...]
+
+
+def restrict_closing(
+    raw: bytes, patterns: list[str], closers: Closers, words: np.ndarray, before: Scan | None = None
+) -> Scan | None:
     """Inside a string whose content so far is ``raw`` (as written, escapes kept), clear the tokens
-    that would close it with no match of any of ``patterns`` in its content. Whether the content
-    holds a match no later character can undo (the caller need not look again in this string). A
-    row is never emptied."""
-    content = _decoded(raw)
-    if content is None:
-        return False
+    that would close it with no match of any of ``patterns`` in its content. Returns where the
+    search got (``before``, this string's previous one, lets it start there), or ``None`` once the
+    content holds a match no later character can undo (the caller need not look again in this
+    string). A row is never emptied."""
+    content = _extended(before, raw)
+    if content is None:  # an escape or a character split across tokens: nothing to clear yet
+        return before if before is not None else Scan(b"", "", (0,) * len(patterns))
     searchers = [_searcher(p) for p in patterns]
-    if any(s.lasting and s.regex.search(content) for s in searchers):
-        return True
+    starts = before.starts if before is not None else (0,) * len(patterns)
+    if any(s.lasting and s.regex.search(content, at) for s, at in zip(searchers, starts, strict=True)):
+        return None
+    partials = [s.regex.search(content, at, partial=True) for s, at in zip(searchers, starts, strict=True)]
+    scan = Scan(raw, content, tuple(len(content) if p is None else p.start() for p in partials))
     matched: np.ndarray = np.zeros(len(closers.contents), dtype=bool)
     present: np.ndarray | None = None
-    for pattern, searcher in zip(patterns, searchers, strict=True):
+    for pattern, searcher, partial, start in zip(patterns, searchers, partials, scan.starts, strict=True):
         # A match the closing token completes starts where the content's first partial match
         # does; with none, within the token's own content (known per pattern).
-        partial = searcher.regex.search(content, partial=True)
         if partial is None and not searcher.looks_back:
             matched |= closers.alone(pattern, searcher)
             continue
-        start = partial.start() if partial is not None else len(content)
         search, texts = searcher.regex.search, closers.texts
         groups = np.flatnonzero(~matched & closers.completing(pattern, searcher))
         if len(groups) > _FEW_GROUPS:  # searching costs more than asking the row which are allowed
@@ -205,7 +219,7 @@ def restrict_closing(raw: bytes, patterns: list[str], closers: Closers, words: n
         clear_unless_emptied(words, closers.ids[~matched[closers.group]])
     else:  # the usual case: every closer goes, in one pass over the row
         keep_unless_emptied(words, words & closers.kept(len(words)))
-    return False
+    return scan
 
 
 def matches(raw: bytes, patterns: list[str]) -> bool:
@@ -213,6 +227,15 @@ def matches(raw: bytes, patterns: list[str]) -> bool:
     (an unreadable content counts as one: the grammar judges it)."""
     content = _decoded(raw)
     return content is None or any(_searcher(p).regex.search(content) for p in patterns)
+
+
+def _extended(before: Scan | None, raw: bytes) -> str | None:
+    """``raw`` decoded, reading only what it adds to ``before``'s content when it extends it (a
+    content that decoded ends where an escape or a character does, so the rest decodes alone)."""
+    if before is None or not raw.startswith(before.raw):
+        return _decoded(raw)
+    added = _decoded(raw[len(before.raw) :])
+    return None if added is None else before.content + added
 
 
 def _decoded(raw: bytes) -> str | None:

@@ -11,6 +11,7 @@ import random
 
 import jsonschema
 import llguidance
+import numpy as np
 import pytest
 import torch
 from guard_paths import engine_and_local, first_refused
@@ -20,7 +21,7 @@ from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import strip_bounds
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
 from tokenmold.grammar.rows import allowed_tokens
-from tokenmold.grammar.search_guard import _searcher, searching
+from tokenmold.grammar.search_guard import _searcher, restrict_closing, searching
 
 #: A match that lasts once found, and one that must end the text (``$``).
 CODE = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[0-9]{2}"}}, "required": ["code"]}
@@ -60,6 +61,28 @@ def test_a_closer_is_searched_unless_it_cannot_complete_a_match(vocab, core) -> 
             checked += 1
             assert not [t for t in skipped if searcher.regex.search(content + t)], content
     assert checked > 50
+
+
+@pytest.mark.parametrize("pattern", ["^.*[0-9]{2}.*$", "^.*ab+c.*$", "^.*a[bc]$"])
+def test_a_scan_carried_along_a_string_clears_what_a_fresh_search_clears(vocab, pattern) -> None:
+    """Each step reads only what the content adds to the previous step's scan (split escapes and
+    split UTF-8 characters included): the rows and the verdict "found" match a search from scratch."""
+    closers = vocab.bound_table.closers
+    pieces = [b"a", b"b", b"c", b"1", b"2", b"x", b"\\", b"n", b"\\u00e9", "\u00e9".encode()[:1], "\u00e9".encode()[1:]]
+    rng = random.Random(pattern)
+    for _ in range(30):
+        raw, before = b"", None
+        for _ in range(12):
+            raw += rng.choice(pieces)
+            fresh = np.full((vocab.vocab_size + 31) // 32, -1, dtype=np.int32)
+            carried = fresh.copy()
+            alone = restrict_closing(raw, [pattern], closers, fresh)
+            scan = restrict_closing(raw, [pattern], closers, carried, before)
+            assert np.array_equal(fresh, carried), raw
+            assert (alone is None) == (scan is None), raw
+            if scan is None:
+                break
+            before = scan
 
 
 def _llguidance(vocab, schema):
