@@ -16,7 +16,7 @@ from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.rows import FirstRow
 
-#: Many keys: llguidance's first row is one of its slow ones (every key's lexeme is live).
+#: Many keys: llguidance's first row is one of its slow ones.
 SCHEMA = {
     "type": "object",
     "properties": {f"field_{i}": {"type": "integer"} for i in range(30)},
