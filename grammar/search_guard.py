@@ -189,6 +189,8 @@ def restrict_closing(
     search got (``before``, this string's previous one, lets it start there), or ``None`` once the
     content holds a match no later character can undo (the caller need not look again in this
     string). A row is never emptied."""
+    if before is not None and not raw.startswith(before.raw):
+        before = None  # another string (the same pointer again): its scan starts afresh
     content = _extended(before, raw)
     if content is None:  # an escape or a character split across tokens: nothing to clear yet
         return before if before is not None else Scan(b"", "", (0,) * len(patterns))
@@ -213,7 +215,7 @@ def restrict_closing(
             groups = groups[present[groups]]
         for group in groups.tolist():
             written = texts[group]
-            text = content + written if written is not None else _decoded(raw + closers.contents[group])
+            text = content + written if written is not None else _extended(scan, raw + closers.contents[group])
             matched[group] = text is not None and search(text, start) is not None
     if matched.any():
         clear_unless_emptied(words, closers.ids[~matched[closers.group]])
@@ -230,9 +232,9 @@ def matches(raw: bytes, patterns: list[str]) -> bool:
 
 
 def _extended(before: Scan | None, raw: bytes) -> str | None:
-    """``raw`` decoded, reading only what it adds to ``before``'s content when it extends it (a
+    """``raw`` decoded, reading only what it adds to ``before``'s content, which it extends (a
     content that decoded ends where an escape or a character does, so the rest decodes alone)."""
-    if before is None or not raw.startswith(before.raw):
+    if before is None:
         return _decoded(raw)
     added = _decoded(raw[len(before.raw) :])
     return None if added is None else before.content + added

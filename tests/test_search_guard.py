@@ -83,6 +83,12 @@ def test_a_scan_carried_along_a_string_clears_what_a_fresh_search_clears(vocab, 
             if scan is None:
                 break
             before = scan
+        # The next string at the same place starts afresh, whatever the last one's scan held.
+        fresh = np.full((vocab.vocab_size + 31) // 32, -1, dtype=np.int32)
+        carried = fresh.copy()
+        restrict_closing(b"12", [pattern], closers, fresh)
+        restrict_closing(b"12", [pattern], closers, carried, before)
+        assert np.array_equal(fresh, carried), (raw, before)
 
 
 def _llguidance(vocab, schema):
