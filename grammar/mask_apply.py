@@ -102,11 +102,21 @@ def _batch(logits: torch.Tensor, bitmask: np.ndarray, pairs: list[tuple[int, int
 
 
 def _whole_rows(batch: _Batch, which: np.ndarray | slice) -> None:
-    """Every bit of the ``which`` rows unpacked, and -inf written where it is 0."""
+    """Every bit of the ``which`` rows unpacked, and -inf written where it is 0.
+
+    Without a branch per logit: each bit becomes an int16 of all ones (allowed) or zeros, and a
+    logit becomes ``(logit & keep) | (-inf & ~keep)``, three vector passes. ``np.putmask`` with the
+    bits as its condition cost 3-6x more on rows that mix allowed and refused tokens word by word
+    (a bounded string's row: tokens too long for the characters left are everywhere), where its
+    branch cannot be predicted."""
     bits = np.unpackbits(batch.masks[which].view(np.uint8), axis=1, bitorder="little", count=batch.width)
+    keep = np.negative(bits.view(np.int8), dtype=np.int16)
     rows = batch.rows[which]
     selected = batch.view[rows, : batch.width]
-    np.putmask(selected, bits == 0, batch.neg_inf)
+    selected &= keep
+    np.invert(keep, out=keep)
+    keep &= np.int16(batch.neg_inf)
+    selected |= keep
     batch.view[rows, : batch.width] = selected
 
 
