@@ -234,17 +234,29 @@ def _row(runs: dict[str, list[float]]) -> dict[str, Any]:
         ):
             if mode in median:
                 row[ratio] = round(median[mode] / median["unconstrained"], 3)
+        if "tokenmold" in median:
+            # Each repeat's tokenmold run against the unconstrained run just before it: the host's
+            # drift between repeats (±10 % on 2 shared cores) then cancels out of each ratio.
+            ratios = [c / u for c, u in zip(runs["tokenmold"], runs["unconstrained"], strict=True)]
+            row |= _paired("ratio", ratios)
     if "http" in median:
         # Each repeat's HTTP run against the in-process tokenmold run next to it.
         paired = [1 - h / c for h, c in zip(runs["http"], runs["tokenmold"], strict=True)]
         row |= {
             "http_constrained_tok_s": median["http"],
             "http_overhead": round(1 - median["http"] / median["tokenmold"], 3),
-            "http_overhead_runs": [round(x, 3) for x in paired],
-            "http_overhead_paired_median": round(statistics.median(paired), 3),
-            "http_overhead_interval": [round(x, 3) for x in median_interval(paired)],
+            **_paired("http_overhead", paired),
         }
     return row
+
+
+def _paired(name: str, values: list[float]) -> dict[str, Any]:
+    """A figure taken per repeat: every repeat's value, their median and its 95 % interval."""
+    return {
+        f"{name}_runs": [round(x, 3) for x in values],
+        f"{name}_paired_median": round(statistics.median(values), 3),
+        f"{name}_interval": [round(x, 3) for x in median_interval(values)],
+    }
 
 
 async def _jump_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
@@ -398,13 +410,14 @@ def run_e2e(argv: list[str] | None = None) -> int:
         print(f"{batch:>6} " + " ".join(f"{r.get(key, '-'):>{width}}" for _, key, width in _COLUMNS))
     for batch in args.batch:
         r = report[str(batch)]
-        if "http_overhead_runs" in r:
-            low, high = r["http_overhead_interval"]
-            print(
-                f"http overhead, batch {batch}: paired median {r['http_overhead_paired_median']} "
-                f"(95 % interval {low} to {high}, {len(r['http_overhead_runs'])} repeats); "
-                f"per repeat {r['http_overhead_runs']}"
-            )
+        for name, label in (("ratio", "constrained/unconstrained"), ("http_overhead", "http overhead")):
+            if f"{name}_runs" in r:
+                low, high = r[f"{name}_interval"]
+                print(
+                    f"{label}, batch {batch}: paired median {r[f'{name}_paired_median']} "
+                    f"(95 % interval {low} to {high}, {len(r[f'{name}_runs'])} repeats); "
+                    f"per repeat {r[f'{name}_runs']}"
+                )
     t = report["ttft"]
     print(
         f"TTFT p50 ms: unconstrained {t['ttft_unconstrained_ms']['p50']}, cold grammar {t['ttft_cold_ms']['p50']}, "
