@@ -112,12 +112,22 @@ def _whole_rows(batch: _Batch, which: np.ndarray | slice) -> None:
     bits = np.unpackbits(batch.masks[which].view(np.uint8), axis=1, bitorder="little", count=batch.width)
     keep = np.negative(bits.view(np.int8), dtype=np.int16)
     rows = batch.rows[which]
-    selected = batch.view[rows, : batch.width]
-    selected &= keep
+    # Runs of consecutive logit rows (the whole batch when every request is constrained) are
+    # blended in place through a slice: a gather would copy them out and back, which doubled the
+    # time at batch 64.
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    for run, run_keep in zip(np.split(rows, breaks), np.split(keep, breaks), strict=True):
+        first = int(run[0])
+        _blend(batch.view[first : first + run.size, : batch.width], run_keep, batch.neg_inf)
+
+
+def _blend(logits: np.ndarray, keep: np.ndarray, neg_inf: int) -> None:
+    """``logits = (logits & keep) | (neg_inf & ~keep)`` in place; ``keep`` (all ones or all zeros
+    per logit) is overwritten."""
+    logits &= keep
     np.invert(keep, out=keep)
-    keep &= np.int16(batch.neg_inf)
-    selected |= keep
-    batch.view[rows, : batch.width] = selected
+    keep &= np.int16(neg_inf)
+    logits |= keep
 
 
 def _tokens(masks: np.ndarray, rows: np.ndarray, width: int, *, allowed: bool) -> tuple[np.ndarray, np.ndarray]:
