@@ -8,7 +8,9 @@ applied first by vLLM), through tokenmold with the same layout but unbounded str
 ``maxLength`` costs), and through vLLM's built-in JSON path (the schema handed to vLLM as is),
 plus time to first token with a cold and a warm grammar cache, and what jump-forward gives on a
 one-tool call (latency with and without taking the forced prefix as prompt); each figure is the
-median of ``--repeats`` runs, the modes interleaved. The same constrained workload also goes
+median of ``--repeats`` runs, the modes interleaved, and the constrained/unconstrained ratio is also
+given per repeat (one repeat's ratio swings ±10 % on 2 shared cores), with the median of those and
+its 95 % interval. The same constrained workload also goes
 through the HTTP server (B concurrent ``/v1/chat/completions`` requests over loopback, the app of
 ``tokenmold serve`` under uvicorn on this process's event loop and on the same engine), run as one
 more interleaved mode: the service's overhead is what HTTP, request translation, validation and
