@@ -112,6 +112,8 @@ def _whole_rows(batch: _Batch, which: np.ndarray | slice) -> None:
     bits = np.unpackbits(batch.masks[which].view(np.uint8), axis=1, bitorder="little", count=batch.width)
     keep = np.negative(bits.view(np.int8), dtype=np.int16)
     rows = batch.rows[which]
+    if not rows.size:
+        return
     # Runs of consecutive logit rows (the whole batch when every request is constrained) are
     # blended in place through a slice: a gather would copy them out and back, which doubled the
     # time at batch 64.

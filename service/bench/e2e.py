@@ -237,8 +237,9 @@ def _row(runs: dict[str, list[float]]) -> dict[str, Any]:
             if mode in median:
                 row[ratio] = round(median[mode] / median["unconstrained"], 3)
         if "tokenmold" in median:
-            # Each repeat's tokenmold run against the unconstrained run just before it: the host's
-            # drift between repeats (±10 % on 2 shared cores) then cancels out of each ratio.
+            # Each repeat's tokenmold run against the same repeat's unconstrained run (the first of
+            # its repeat, at most an HTTP run between them): the host's drift between repeats
+            # (±10 % on 2 shared cores) then cancels out of each ratio.
             ratios = [c / u for c, u in zip(runs["tokenmold"], runs["unconstrained"], strict=True)]
             row |= _paired("ratio", ratios)
     if "http" in median:
