@@ -15,7 +15,7 @@ before each proposal. It follows each request with its own copy of the grammar (
 grammar text, as the engine's own), fed with the tokens the request accepted. The drafts come from
 llguidance alone; the engine-side masks next to it (the duplicate-key guard, the bound guard,
 budget fitting) still apply at every drafted position, and follow vLLM's rollback of the grammar
-after the check (``vllm_plugin._beside``).
+after the check (``grammar_chain.beside``).
 """
 
 from __future__ import annotations

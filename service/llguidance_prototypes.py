@@ -14,6 +14,7 @@ from collections import OrderedDict
 from typing import Any
 
 from tokenmold.grammar.rows import FirstRow
+from tokenmold.service.grammar_chain import ROWS
 
 #: Parsed grammars kept per process (least recently used dropped first).
 PROTOTYPE_CACHE_SIZE = 256
@@ -86,7 +87,7 @@ def start_from(grammar: Any, first: FirstRow) -> None:
 
     def fill_bitmask(bitmask: Any, idx: int) -> None:
         if fresh[0]:
-            first.fill(bitmask[idx].numpy(), lambda: fill(bitmask, idx))
+            first.fill(ROWS.row(bitmask, idx), lambda: fill(bitmask, idx))
         else:
             fill(bitmask, idx)
 

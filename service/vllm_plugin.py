@@ -22,9 +22,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
+from tokenmold.service.grammar_chain import beside, fill_directly, mask_failed
 from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
@@ -168,7 +169,7 @@ def _install_llguidance_grammars() -> None:
                 try:
                     install(self, grammar, parsed)
                 except Exception as exc:  # an error here would fail the engine's step: logged instead
-                    _mask_failed(install.__name__, [], exc)
+                    mask_failed(install.__name__, [], exc)
             return grammar
         return original_compile(self, request_type, grammar_spec, stop_token_ids)
 
@@ -197,6 +198,7 @@ def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] =
         vocab_size=backend.vocab_size,
     )
     grammar.check_error()
+    fill_directly(grammar)
     first = prototypes.first_row(serialized, forced)
     if first is not None:
         start_from(grammar, first)
@@ -219,7 +221,7 @@ LLGUIDANCE_GRAMMARS = Patch(
         Assumption(
             "vllm.v1.structured_output.backend_guidance:GuidanceGrammar",
             "(ll_matcher, ll_tokenizer, vocab_size, printed_error=, terminated=, rollback_lag=)",
-            members=("check_error",),
+            members=("check_error", "fill_bitmask"),
         ),
     ),
     install=_install_llguidance_grammars,
@@ -443,7 +445,7 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
         guard.feed_tokens(forced)
         return guard
 
-    _beside(grammar, "the duplicate-key guard", start, KeyGuard.feed_tokens, KeyGuard.restrict)
+    beside(grammar, "the duplicate-key guard", start, KeyGuard.feed_tokens, KeyGuard.restrict)
 
 
 #: Shapes whose schema state (the bound guard's ``BoundSchema``, budget fitting's ``Fitting``) an
@@ -492,7 +494,7 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
         guard.feed(spec.forced)
         return guard
 
-    _beside(grammar, "the bound guard", start, BoundGuard.feed, BoundGuard.restrict)
+    beside(grammar, "the bound guard", start, BoundGuard.feed, BoundGuard.restrict)
 
 
 def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
@@ -517,73 +519,4 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
         fitter.feed_prefix(spec.forced)
         return fitter
 
-    _beside(grammar, "budget fitting", start, Fitter.feed, Fitter.restrict)
-
-
-_Mask = TypeVar("_Mask")
-
-
-def _beside(
-    grammar: Any,
-    name: str,
-    start: Callable[[], _Mask],
-    feed: Callable[[_Mask, list[int]], Any],
-    restrict: Callable[[_Mask, Any], Any],
-) -> None:
-    """Wrap ``grammar`` so that a mask runs next to it: ``start`` builds its state at the output's
-    start (after the forced tokens), ``feed`` gives it the tokens the grammar accepts, ``restrict``
-    each row (a numpy view) after the grammar and the masks wrapped before filled it.
-
-    vLLM accepts speculative drafts on the grammar to fill their rows, then rolls it back
-    (``--forced-drafts``): the mask is then rebuilt from the tokens still accepted (a replay; only
-    steps with drafts pay it). An error in the mask runs in the engine's step, where it would fail
-    every request on the engine: it is logged, the row stays as it was, and this request goes on
-    without the mask."""
-    accept, fill, roll_back = grammar.accept_tokens, grammar.fill_bitmask, grammar.rollback
-    failed: list[BaseException] = []
-    accepted_tokens: list[int] = []
-    state = [start()]
-
-    def guarded(step: Callable[[], Any]) -> None:
-        if not failed:
-            try:
-                step()
-            except Exception as exc:
-                _mask_failed(name, failed, exc)
-
-    def accept_tokens(request_id: str, tokens: list[int]) -> bool:
-        accepted = accept(request_id, tokens)
-        if accepted:
-            accepted_tokens.extend(tokens)
-            guarded(lambda: feed(state[0], tokens))
-        return bool(accepted)
-
-    def restart() -> None:
-        state[0] = start()
-        feed(state[0], accepted_tokens)
-
-    def rollback(num_tokens: int) -> None:
-        roll_back(num_tokens)
-        if num_tokens > 0:
-            del accepted_tokens[len(accepted_tokens) - num_tokens :]
-            guarded(restart)
-
-    def fill_bitmask(bitmask: Any, idx: int) -> None:
-        fill(bitmask, idx)
-        if not failed:
-            row = bitmask[idx].numpy()
-            before = row.copy()
-            guarded(lambda: restrict(state[0], row))
-            if failed:
-                row[:] = before
-
-    grammar.accept_tokens = accept_tokens
-    grammar.rollback = rollback
-    grammar.fill_bitmask = fill_bitmask
-
-
-def _mask_failed(name: str, failed: list[BaseException], exc: BaseException) -> None:
-    import logging
-
-    failed.append(exc)
-    logging.getLogger("tokenmold").exception("%s failed; the request continues under its grammar alone", name)
+    beside(grammar, "budget fitting", start, Fitter.feed, Fitter.restrict)

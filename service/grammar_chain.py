@@ -1,0 +1,158 @@
+"""The chain of masks around one of vLLM's llguidance grammars in the engine core.
+
+For every request and step vLLM calls the grammar's ``fill_bitmask(bitmask, idx)`` and then its
+``accept_tokens``; tokenmold wraps those (``vllm_plugin``): llguidance fills the row, then each
+guard (duplicate keys, string bounds, budget fitting) restricts it in place. At batch 64 that chain
+runs 64 times a step on the engine core's one thread, beside the forward, and its Python cost as
+much as llguidance's own walk (~9 µs a row on the ``bench e2e`` workload; the whole fill was 16-22
+µs a row, 8-12 µs with what follows: docs/benchmarks.md, session 13). Two things keep it down:
+
+- ``RowViews``: vLLM fills rows of one persistent int32 tensor, step after step; its numpy view and
+  data pointer are taken once, not per row and per guard (``bitmask[idx].numpy()`` is ~2 µs).
+- ``fill_directly``: llguidance's mask goes straight to the row's address, without
+  ``llguidance.torch``'s per-call checks (made once per tensor instead).
+
+A guard that fails must not fail the engine's step (every request on the engine would fail with
+it): ``beside`` logs it, refills the row without it and lets the request go on under the rest.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+_Mask = TypeVar("_Mask")
+
+
+@dataclass(frozen=True)
+class _Rows:
+    tensor: torch.Tensor
+    words: np.ndarray
+    address: int
+    row_bytes: int
+
+
+class RowViews:
+    """The numpy view of the bitmask tensor vLLM fills, kept for the tensor last seen.
+
+    One entry suffices: the engine fills one tensor (vLLM allocates it once); a test with several
+    tensors only recomputes. The entry holds the tensor, so its address cannot be reused by another
+    while kept; it is replaced in one assignment, so threads filling rows together (vLLM's parallel
+    fill) read a whole one.
+    """
+
+    def __init__(self) -> None:
+        self._last: _Rows | None = None
+
+    def _rows(self, bitmask: torch.Tensor) -> _Rows | None:
+        last = self._last
+        if last is not None and last.tensor is bitmask:
+            return last
+        fillable = bitmask.dtype == torch.int32 and bitmask.device.type == "cpu" and bitmask.dim() == 2
+        if not (fillable and bitmask.is_contiguous()):
+            return None
+        words = bitmask.numpy()
+        rows = self._last = _Rows(bitmask, words, bitmask.data_ptr(), words.shape[1] * 4)
+        return rows
+
+    def row(self, bitmask: torch.Tensor, idx: int) -> np.ndarray:
+        """Row ``idx`` as a numpy view (shares the tensor's memory)."""
+        rows = self._rows(bitmask)
+        return rows.words[idx] if rows is not None else bitmask[idx].numpy()
+
+    def address(self, bitmask: torch.Tensor, idx: int) -> tuple[int, int] | None:
+        """Row ``idx``'s address and size in bytes; ``None`` for a tensor llguidance cannot fill
+        through a pointer (not a contiguous 2-D int32 CPU tensor)."""
+        rows = self._rows(bitmask)
+        if rows is None or not 0 <= idx < rows.words.shape[0]:
+            return None
+        return rows.address + idx * rows.row_bytes, rows.row_bytes
+
+
+#: Per process: every grammar of the engine core fills the same tensor.
+ROWS = RowViews()
+
+
+def fill_directly(grammar: Any) -> None:
+    """Make vLLM's ``GuidanceGrammar`` fill its row through the row's address (what
+    ``llguidance.torch.fill_next_token_bitmask`` does after checking the tensor each call), then
+    report llguidance's error once as vLLM does (``check_error``)."""
+    matcher, fill = grammar.ll_matcher, grammar.fill_bitmask
+
+    def fill_bitmask(bitmask: torch.Tensor, idx: int) -> None:
+        where = ROWS.address(bitmask, idx)
+        if where is None:
+            fill(bitmask, idx)
+            return
+        matcher.unsafe_compute_mask_ptr(*where)
+        grammar.check_error()
+
+    grammar.fill_bitmask = fill_bitmask
+
+
+def beside(
+    grammar: Any,
+    name: str,
+    start: Callable[[], _Mask],
+    feed: Callable[[_Mask, list[int]], Any],
+    restrict: Callable[[_Mask, Any], Any],
+) -> None:
+    """Wrap ``grammar`` so that a mask runs next to it: ``start`` builds its state at the output's
+    start (after the forced tokens), ``feed`` gives it the tokens the grammar accepts, ``restrict``
+    each row (a numpy view) after the grammar and the masks wrapped before filled it.
+
+    vLLM accepts speculative drafts on the grammar to fill their rows, then rolls it back
+    (``--forced-drafts``): the mask is then rebuilt from the tokens still accepted (a replay; only
+    steps with drafts pay it). An error in the mask runs in the engine's step, where it would fail
+    every request on the engine: it is logged, the row is filled again without this mask, and the
+    request goes on without it."""
+    accept, fill, roll_back = grammar.accept_tokens, grammar.fill_bitmask, grammar.rollback
+    failed: list[BaseException] = []
+    accepted_tokens: list[int] = []
+    state = [start()]
+
+    def guarded(step: Callable[[], Any]) -> None:
+        if not failed:
+            try:
+                step()
+            except Exception as exc:
+                mask_failed(name, failed, exc)
+
+    def accept_tokens(request_id: str, tokens: list[int]) -> bool:
+        accepted = accept(request_id, tokens)
+        if accepted:
+            accepted_tokens.extend(tokens)
+            guarded(lambda: feed(state[0], tokens))
+        return bool(accepted)
+
+    def restart() -> None:
+        state[0] = start()
+        feed(state[0], accepted_tokens)
+
+    def rollback(num_tokens: int) -> None:
+        roll_back(num_tokens)
+        if num_tokens > 0:
+            del accepted_tokens[len(accepted_tokens) - num_tokens :]
+            guarded(restart)
+
+    def fill_bitmask(bitmask: Any, idx: int) -> None:
+        fill(bitmask, idx)
+        if not failed:
+            guarded(lambda: restrict(state[0], ROWS.row(bitmask, idx)))
+            if failed:  # the row may be half restricted: as the chain before this mask fills it
+                fill(bitmask, idx)
+
+    grammar.accept_tokens = accept_tokens
+    grammar.rollback = rollback
+    grammar.fill_bitmask = fill_bitmask
+
+
+def mask_failed(name: str, failed: list[BaseException], exc: BaseException) -> None:
+    """Log a mask's error with its traceback and record it in ``failed`` (the mask stops)."""
+    failed.append(exc)
+    logging.getLogger("tokenmold").exception("%s failed; the request continues under its grammar alone", name)
