@@ -1,16 +1,18 @@
 """The chain of masks around one of vLLM's llguidance grammars in the engine core.
 
-For every request and step vLLM calls the grammar's ``fill_bitmask(bitmask, idx)`` and then its
-``accept_tokens``; tokenmold wraps those (``vllm_plugin``): llguidance fills the row, then each
-guard (duplicate keys, string bounds, budget fitting) restricts it in place. At batch 64 that chain
-runs 64 times a step on the engine core's one thread, beside the forward, and its Python cost as
-much as llguidance's own walk (~9 µs a row on the ``bench e2e`` workload; the whole fill was 16-22
-µs a row, 8-12 µs with what follows: docs/benchmarks.md, session 13). Two things keep it down:
+For every request and step vLLM calls the grammar's ``fill_bitmask(bitmask, idx)`` while the
+worker computes the forward, and its ``accept_tokens`` after sampling, on the step's serial path;
+tokenmold wraps those (``vllm_plugin``): llguidance fills the row, then each guard (duplicate keys,
+string bounds, budget fitting) restricts it in place. At batch 64 that chain runs 64 times a step
+on the engine core's one thread, and its Python cost as much as llguidance's own walk (~9 µs a row
+on the ``bench e2e`` workload; docs/benchmarks.md, session 13). Three things keep it down:
 
 - ``RowViews``: vLLM fills rows of one persistent int32 tensor, step after step; its numpy view and
   data pointer are taken once, not per row and per guard (``bitmask[idx].numpy()`` is ~2 µs).
 - ``fill_directly``: llguidance's mask goes straight to the row's address, without
   ``llguidance.torch``'s per-call checks (made once per tensor instead).
+- ``beside`` feeds a guard the accepted tokens when its next row is filled, so its tracking runs
+  beside the forward rather than after the sample.
 
 A guard that fails must not fail the engine's step (every request on the engine would fail with
 it): ``beside`` logs it, refills the row without it and lets the request go on under the rest.
@@ -106,6 +108,11 @@ def beside(
     start (after the forced tokens), ``feed`` gives it the tokens the grammar accepts, ``restrict``
     each row (a numpy view) after the grammar and the masks wrapped before filled it.
 
+    The tokens are fed when the next row is filled, not when vLLM accepts them: acceptance runs on
+    the step's serial path (after sampling, before the next step starts), the fill while the worker
+    computes the forward, so the mask's tracking costs the step nothing on a host with a core to
+    spare.
+
     vLLM accepts speculative drafts on the grammar to fill their rows, then rolls it back
     (``--forced-drafts``): the mask is then rebuilt from the tokens still accepted (a replay; only
     steps with drafts pay it). An error in the mask runs in the engine's step, where it would fail
@@ -114,6 +121,7 @@ def beside(
     accept, fill, roll_back = grammar.accept_tokens, grammar.fill_bitmask, grammar.rollback
     failed: list[BaseException] = []
     accepted_tokens: list[int] = []
+    pending: list[int] = []  # accepted, not fed to the mask yet
     state = [start()]
 
     def guarded(step: Callable[[], Any]) -> None:
@@ -127,7 +135,8 @@ def beside(
         accepted = accept(request_id, tokens)
         if accepted:
             accepted_tokens.extend(tokens)
-            guarded(lambda: feed(state[0], tokens))
+            if not failed:
+                pending.extend(tokens)
         return bool(accepted)
 
     def restart() -> None:
@@ -138,12 +147,19 @@ def beside(
         roll_back(num_tokens)
         if num_tokens > 0:
             del accepted_tokens[len(accepted_tokens) - num_tokens :]
+            pending.clear()
             guarded(restart)
+
+    def catch_up_and_restrict(row: np.ndarray) -> None:
+        if pending:
+            feed(state[0], pending)
+            pending.clear()
+        restrict(state[0], row)
 
     def fill_bitmask(bitmask: Any, idx: int) -> None:
         fill(bitmask, idx)
         if not failed:
-            guarded(lambda: restrict(state[0], ROWS.row(bitmask, idx)))
+            guarded(lambda: catch_up_and_restrict(ROWS.row(bitmask, idx)))
             if failed:  # the row may be half restricted: as the chain before this mask fills it
                 fill(bitmask, idx)
 

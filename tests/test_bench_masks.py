@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.apply import run_apply
+from benchmarks.chain import run_chain
 from benchmarks.corpus import sample, source_of
 from benchmarks.engines import ENGINE_NAMES
 from benchmarks.masks import run_masks
@@ -249,3 +250,12 @@ def test_apply_bench_checks_its_rows_against_the_whole_row_pass(paths, capsys):
     out = capsys.readouterr().out
     assert "rows:" in out and "refuse few tokens" in out
     assert [line.split()[0] for line in out.splitlines()[-2:]] == ["4", "8"]
+
+
+def test_chain_bench_walks_the_e2e_workload_through_the_engines_chain(capsys):
+    """``python -m benchmarks chain``: the workload's text is accepted token by token by grammars
+    built as the engine builds them (the bench raises on a refused token), and the report names
+    the fill, llguidance's share of it and the accept."""
+    assert run_chain(["--batch", "2", "--steps", "40", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2, 40 steps" in out and "llguidance's mask alone" in out and "accept" in out

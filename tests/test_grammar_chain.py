@@ -103,3 +103,22 @@ def test_a_failing_mask_is_dropped_and_its_row_refilled(caplog: pytest.LogCaptur
     grammar.fill_bitmask(rows, 0)
     assert calls == [0, 1] and rows[0].tolist() == [-1] * 4  # the mask no longer runs
     assert grammar.accept_tokens("r", [1])
+
+
+def test_accepted_tokens_reach_the_mask_before_its_next_row_and_follow_rollbacks() -> None:
+    grammar, seen = _Grammar(), []
+    beside(
+        grammar,
+        "a test mask",
+        list,
+        lambda state, tokens: state.extend(tokens),
+        lambda state, row: seen.append(list(state)),
+    )
+    rows = torch.zeros((1, 4), dtype=torch.int32)
+    assert grammar.accept_tokens("r", [1, 2]) and grammar.accept_tokens("r", [3])
+    grammar.fill_bitmask(rows, 0)
+    grammar.accept_tokens("r", [4])
+    grammar.rollback(2)  # vLLM's rollback after drafts: the mask is rebuilt from what is left
+    grammar.fill_bitmask(rows, 0)
+    grammar.fill_bitmask(rows, 0)
+    assert seen == [[1, 2, 3], [1, 2], [1, 2]]
