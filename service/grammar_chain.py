@@ -4,8 +4,9 @@ For every request and step vLLM calls the grammar's ``fill_bitmask(bitmask, idx)
 worker computes the forward, and its ``accept_tokens`` after sampling, on the step's serial path;
 tokenmold wraps those (``vllm_plugin``): llguidance fills the row, then each guard (duplicate keys,
 string bounds, budget fitting) restricts it in place. At batch 64 that chain runs 64 times a step
-on the engine core's one thread, and its Python cost as much as llguidance's own walk (~9 µs a row
-on the ``bench e2e`` workload; docs/benchmarks.md, session 13). Three things keep it down:
+on the engine core's one thread, and its Python cost more than llguidance's own walk (8-12 µs a
+row against 5-8 on the ``bench e2e`` workload: ``python -m benchmarks chain``, docs/benchmarks.md,
+session 13). Three things keep it down:
 
 - ``RowViews``: vLLM fills rows of one persistent int32 tensor, step after step; its numpy view and
   data pointer are taken once, not per row and per guard (``bitmask[idx].numpy()`` is ~2 µs).
