@@ -69,9 +69,6 @@ def test_the_row_view_is_kept_per_tensor_and_shares_its_memory() -> None:
 class _Grammar:
     """A grammar's three entry points, filling every row with ones."""
 
-    def __init__(self) -> None:
-        self.fills = 0
-
     def accept_tokens(self, request_id: str, tokens: list[int]) -> bool:
         return True
 
@@ -79,7 +76,6 @@ class _Grammar:
         pass
 
     def fill_bitmask(self, bitmask: torch.Tensor, idx: int) -> None:
-        self.fills += 1
         bitmask[idx] = -1
 
 
