@@ -154,10 +154,14 @@ class LLGuidanceEngine(BenchEngine):
     name = "llguidance"
 
     def __init__(self, vocab: Vocabulary) -> None:
+        import llguidance.hf
+
         from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 
         super().__init__(vocab)
-        self._backend = LLGuidanceBackend(vocab)
+        # llguidance's own tokenizer (its default slices), not the vocabulary's with tokenmold's.
+        plain = llguidance.hf.from_tokenizer(vocab.hf_tokenizer, n_vocab=vocab.vocab_size)
+        self._backend = LLGuidanceBackend(vocab, plain)
 
     def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
         import llguidance

@@ -93,9 +93,12 @@ class Vocabulary:
 
     @cached_property
     def llguidance_tokenizer(self) -> Any:
+        """llguidance's tokenizer with tokenmold's slices (``backends/llguidance_slices.py``)."""
         import llguidance.hf
 
-        return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
+        from tokenmold.grammar.backends.llguidance_slices import with_tokenmold_slices
+
+        return with_tokenmold_slices(llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size))
 
     @cached_property
     def bound_table(self) -> BoundTable:

@@ -13,6 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
+from tokenmold.grammar.backends.llguidance_slices import with_tokenmold_slices
 from tokenmold.grammar.rows import FirstRow
 from tokenmold.service.grammar_chain import ROWS
 
@@ -24,7 +25,9 @@ class MatcherPrototypes:
     """Parsed matchers keyed by (grammar text, forced prefix); ``copy`` hands out fresh ones."""
 
     def __init__(self, ll_tokenizer: Any, log_level: int = 1, size: int = PROTOTYPE_CACHE_SIZE) -> None:
-        self.ll_tokenizer = ll_tokenizer
+        #: vLLM's tokenizer for llguidance with tokenmold's slices (``llguidance_slices``), as the
+        #: API process compiles with them.
+        self.ll_tokenizer = with_tokenmold_slices(ll_tokenizer)
         self._log_level = log_level
         self._size = size
         self._prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()

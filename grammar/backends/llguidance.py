@@ -191,6 +191,12 @@ class LLGuidanceCompiled(CompiledGrammar):
 class LLGuidanceBackend(Backend):
     name = "llguidance"
 
+    def __init__(self, vocab: Vocabulary, ll_tokenizer: Any = None) -> None:
+        """``ll_tokenizer``: the ``llguidance.LLTokenizer`` to build matchers with; by default the
+        vocabulary's, with tokenmold's slices (the benchmarks' raw llguidance passes the defaults)."""
+        super().__init__(vocab)
+        self._ll_tokenizer = ll_tokenizer
+
     def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> LLGuidanceCompiled:
         """Compile llguidance's JSON grammar directly (``grammar_from_json_schema``; through Lark's
         ``%json`` the same schema costs ~0.5 ms more to parse, measured on MaskBench), with the
@@ -262,7 +268,8 @@ class LLGuidanceBackend(Backend):
     ) -> LLGuidanceCompiled:
         """Compile a grammar in llguidance's own serialized form (what ``LLMatcher.grammar_from_*``
         returns); ``bounds``: the schema whose string and array bounds the bound guard enforces next to it."""
-        prototype = llguidance.LLMatcher(self.vocab.llguidance_tokenizer, grammar, log_level=0)
+        ll_tokenizer = self.vocab.llguidance_tokenizer if self._ll_tokenizer is None else self._ll_tokenizer
+        prototype = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
         if prototype.is_error():
             raise on_error(prototype.get_error())
         return LLGuidanceCompiled(prototype, grammar, self.vocab, bounds)

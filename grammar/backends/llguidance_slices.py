@@ -1,0 +1,41 @@
+"""Token slices for llguidance's masks: runs of letters and digits allowed wholesale.
+
+llguidance computes a mask by walking the token trie through its lexer, except for *slices*:
+groups of tokens, each given as a regex when the tokenizer is built, that a mask takes wholesale
+(one OR of a precomputed set) wherever llguidance proves the lexer state's remaining language holds
+every string of the slice as a prefix; the tokens of the other slices are walked. Its default
+slices are JSON string content (``[^"\\\\\\x00-\\x1F\\x7F]`` runs of 1-10, 1-30 and any length),
+so inside a plain or ``maxLength``-bounded string a mask costs a few microseconds. A string whose
+``pattern`` or ``format`` allows only letters and digits (``^[0-9A-Za-z]{1,64}$``, an e-mail's
+local part, a URI's scheme) subsumes none of them, and every mask there walks every alphanumeric
+token: 90-110 µs on the embedded model's 49,152 tokens, the largest share of tokenmold's slow masks
+on MaskBench (docs/benchmarks.md, session 14).
+
+``with_tokenmold_slices`` puts runs of letters and digits first (each token joins the first slice
+whose regex it matches, so these take the alphanumeric tokens out of the defaults), in lengths that
+a counted run can still subsume as its count goes down. A mask is the same set of tokens with any
+slices (llguidance only takes a slice it has proved contained; tests/test_llguidance_slices.py
+compares them position by position); what changes is how much of the trie each mask walks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Alphanumeric runs, shortest first, placed before llguidance's defaults. Measured on MaskBench's
+#: 200-file sample against the defaults alone and against other chains (docs/benchmarks.md).
+ALNUM_SLICES = (
+    "[a-zA-Z0-9]{1,2}",
+    "[a-zA-Z0-9]{1,4}",
+    "[a-zA-Z0-9]{1,8}",
+    "[a-zA-Z0-9]{1,16}",
+    "[a-zA-Z0-9]+",
+)
+
+
+def with_tokenmold_slices(ll_tokenizer: Any) -> Any:
+    """``ll_tokenizer`` (an ``llguidance.LLTokenizer``) with ``ALNUM_SLICES`` before llguidance's
+    general slices: a new tokenizer; building its slices takes a few milliseconds, once per process."""
+    import llguidance
+
+    return ll_tokenizer.with_slices([*ALNUM_SLICES, *llguidance.LLTokenizer.general_slices()])

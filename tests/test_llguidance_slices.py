@@ -1,0 +1,97 @@
+"""tokenmold's llguidance slices (``tokenmold.grammar.backends.llguidance_slices``) change how a
+mask is computed, never which tokens it allows: masks with them equal llguidance's defaults at every
+position of valid texts and of seeded random walks through counted patterns, formats, enums and
+bounded strings (the walks also take tokens that close a string and go on past it)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import llguidance
+import llguidance.hf
+import numpy as np
+import pytest
+
+from tokenmold.grammar.backends.llguidance_slices import ALNUM_SLICES, with_tokenmold_slices
+
+CASES = [
+    ({"type": "string", "pattern": "^[0-9A-Za-z]{8}-[0-9A-Za-z]{4}$"}, "Ab3dE5g7-Zz09"),
+    ({"type": "string", "pattern": "^[0-9A-Za-z]{1,64}$"}, "HelloWorld2024abc"),
+    ({"type": "string", "pattern": "^[a-z0-9]+$"}, "release2024build"),
+    ({"type": "string", "format": "hostname"}, "api.example-host.com"),
+    ({"type": "string", "format": "email"}, "first.last@example.org"),
+    ({"type": "string", "format": "uri"}, "https://www.example.com/path/to?x=1"),
+    (
+        {
+            "type": "object",
+            "properties": {
+                "code": {"type": "string", "pattern": "^[A-Z0-9]{3,6}$"},
+                "kind": {"enum": ["abc", "abcd1"]},
+                "note": {"type": "string", "maxLength": 12},
+            },
+            "required": ["code", "kind", "note"],
+            "additionalProperties": False,
+        },
+        {"code": "AB12", "kind": "abcd1", "note": "short note"},
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizers(vocab):
+    plain = llguidance.hf.from_tokenizer(vocab.hf_tokenizer, n_vocab=vocab.vocab_size)
+    return plain, with_tokenmold_slices(plain)
+
+
+def _matchers(tokenizers, schema):
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+    plain, sliced = (llguidance.LLMatcher(tok, grammar, log_level=0) for tok in tokenizers)
+    assert not plain.is_error(), plain.get_error()
+    return plain, sliced
+
+
+def _same_mask(plain, sliced, where: str) -> np.ndarray:
+    """Both matchers' masks (llguidance returns the bitmask's bytes), equal; as bytes."""
+    expected = np.frombuffer(plain.compute_bitmask(), dtype=np.uint8)
+    assert np.array_equal(np.frombuffer(sliced.compute_bitmask(), dtype=np.uint8), expected), where
+    return expected
+
+
+@pytest.mark.parametrize(("schema", "value"), CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
+def test_masks_with_tokenmold_slices_are_llguidances_own(vocab, tokenizers, schema, value) -> None:
+    text = json.dumps(value, separators=(",", ":"))
+    plain, sliced = _matchers(tokenizers, schema)
+    for position, token in enumerate(vocab.encode(text)):
+        _same_mask(plain, sliced, f"{text!r} at token {position}")
+        assert plain.consume_token(token) and sliced.consume_token(token), (text, position)
+    _same_mask(plain, sliced, f"{text!r} at its end")
+    assert plain.is_accepting() and sliced.is_accepting()
+
+    rng = random.Random(f"slices:{text}")
+    for walk in range(3):
+        plain, sliced = _matchers(tokenizers, schema)
+        for step in range(40):
+            mask = _same_mask(plain, sliced, f"walk {walk} step {step}")
+            bits = np.unpackbits(mask, bitorder="little")[: vocab.vocab_size]
+            allowed = [t for t in np.flatnonzero(bits).tolist() if t not in vocab.stop_token_ids]
+            if not allowed:
+                break
+            token = rng.choice(allowed)
+            assert plain.consume_token(token) and sliced.consume_token(token)
+
+
+def test_the_slices_come_before_llguidances_defaults() -> None:
+    """Each token joins the first slice it matches: the alphanumeric runs must precede the JSON
+    string slices, or those would keep every alphanumeric token and the runs would be empty."""
+    recorded: list[list[str]] = []
+
+    class Recorder:
+        def with_slices(self, slices: list[str]) -> str:
+            recorded.append(slices)
+            return "sliced"
+
+    assert with_tokenmold_slices(Recorder()) == "sliced"
+    (slices,) = recorded
+    assert slices[: len(ALNUM_SLICES)] == list(ALNUM_SLICES)
+    assert slices[len(ALNUM_SLICES) :] == llguidance.LLTokenizer.general_slices()
