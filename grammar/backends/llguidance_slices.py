@@ -7,9 +7,9 @@ every string of the slice as a prefix; the tokens of the other slices are walked
 slices are JSON string content (``[^"\\\\\\x00-\\x1F\\x7F]`` runs of 1-10, 1-30 and any length),
 so inside a plain or ``maxLength``-bounded string a mask costs a few microseconds. A string whose
 ``pattern`` or ``format`` allows only letters and digits (``^[0-9A-Za-z]{1,64}$``, an e-mail's
-local part, a URI's scheme) subsumes none of them, and every mask there walks every alphanumeric
-token: 90-110 µs on the embedded model's 49,152 tokens, the largest share of tokenmold's slow masks
-on MaskBench (docs/benchmarks.md, session 14).
+local part, a URI's scheme) subsumes none of them, and every mask at a state llguidance meets for
+the first time walks every alphanumeric token: 70-150 µs on the embedded model's 49,152 tokens, a
+large share of tokenmold's slow masks on MaskBench (docs/benchmarks.md, session 14).
 
 ``with_tokenmold_slices`` puts runs of letters and digits first (each token joins the first slice
 whose regex it matches, so these take the alphanumeric tokens out of the defaults), in lengths that
