@@ -154,14 +154,11 @@ class LLGuidanceEngine(BenchEngine):
     name = "llguidance"
 
     def __init__(self, vocab: Vocabulary) -> None:
-        import llguidance.hf
-
         from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 
         super().__init__(vocab)
         # llguidance's own tokenizer (its default slices), not the vocabulary's with tokenmold's.
-        plain = llguidance.hf.from_tokenizer(vocab.hf_tokenizer, n_vocab=vocab.vocab_size)
-        self._backend = LLGuidanceBackend(vocab, plain)
+        self._backend = LLGuidanceBackend(vocab, vocab.llguidance_default_tokenizer())
 
     def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
         import llguidance

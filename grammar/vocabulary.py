@@ -91,14 +91,20 @@ class Vocabulary:
             self.hf_tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
         )
 
+    def llguidance_default_tokenizer(self) -> Any:
+        """A new llguidance tokenizer as llguidance builds it (its default slices): the benchmarks'
+        raw llguidance and the slices' tests use it; tokenmold uses ``llguidance_tokenizer``. Not
+        cached, so that a process does not keep it beside the sliced one."""
+        import llguidance.hf
+
+        return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
+
     @cached_property
     def llguidance_tokenizer(self) -> Any:
         """llguidance's tokenizer with tokenmold's slices (``backends/llguidance_slices.py``)."""
-        import llguidance.hf
-
         from tokenmold.grammar.backends.llguidance_slices import with_tokenmold_slices
 
-        return with_tokenmold_slices(llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size))
+        return with_tokenmold_slices(self.llguidance_default_tokenizer())
 
     @cached_property
     def bound_table(self) -> BoundTable:

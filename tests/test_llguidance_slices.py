@@ -9,7 +9,6 @@ import json
 import random
 
 import llguidance
-import llguidance.hf
 import numpy as np
 import pytest
 
@@ -40,7 +39,7 @@ CASES = [
 
 @pytest.fixture(scope="module")
 def tokenizers(vocab):
-    plain = llguidance.hf.from_tokenizer(vocab.hf_tokenizer, n_vocab=vocab.vocab_size)
+    plain = vocab.llguidance_default_tokenizer()
     return plain, with_tokenmold_slices(plain)
 
 
