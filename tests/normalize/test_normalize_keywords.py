@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import regex
 import xgrammar as xgr
 from normalize_helpers import accepts, check_grammar, compile_normalized, notes, raises
 
@@ -17,6 +18,7 @@ from tokenmold.grammar.errors import SchemaError, UnsatisfiableSchema
 from tokenmold.grammar.jsonschema import normalize_schema
 from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 from tokenmold.grammar.jsonschema.keywords import GRAMMAR_FORMATS
+from tokenmold.grammar.jsonschema.regex import grammar_pattern, search
 
 # -- keywords the grammar ignores --------------------------------------------------------------------------
 
@@ -90,6 +92,38 @@ def test_unanchored_pattern_searches_like_json_schema(compiler: xgr.GrammarCompi
     assert normalize_schema(schema).schema["pattern"] == "^.*ab.*$"
     check_grammar(compiler, schema, valid=["xaby", "ab"], invalid=["ba"])
     check_grammar(compiler, {"type": "string", "pattern": "^a|b$"}, valid=["ax", "xb"], invalid=["xa"])
+
+
+#: Patterns the grammar form rewrites beyond adding ``.*``, and single-line texts to judge them by.
+_REWRITTEN = {
+    "^gs://(.+)": "^gs://(.+)$",  # a tail that takes any rest gets no second one
+    "^/(.*)": "^/(.*)$",
+    "^a(b(?:.+))": "^a(b(?:.+))$",
+    "(^gs://(.+))|(^http://(.+))": "^(?:(gs://(.+))|(http://(.+)))$",  # anchors hoisted out of groups
+    "(^[0-9]+\\.[0-9]+$)": "^([0-9]+\\.[0-9]+)$",
+    "(^[^5]*$)|7": "^(?:([^5]*)|.*7.*)$",
+    "^$|(^a+$)": "^(?:|(a+))$",
+}
+#: Look alike, but may not be rewritten: escaped, lazy, split or quantified tails and groups.
+_KEPT_TAIL = {
+    "^a\\.+": "^a\\.+.*$",
+    "^x.*?": "^x.*?.*$",
+    "^(a|b.+)": "^(a|b.+).*$",
+    "^(.+)?": "^(.+)?.*$",
+    "(^a|^b)": "(^a|^b)",
+    "(^a)(b$)": "(^a)(b$)",
+}
+_TEXTS = "7 a aa ab gs:// gs://b xgs://b http://x / /in 1.2 x1.2 1.2x 55 a. a.b".split(" ")
+
+
+@pytest.mark.parametrize(("pattern", "form"), [*_REWRITTEN.items(), *_KEPT_TAIL.items()])
+def test_grammar_form_of_patterns_is_the_search_as_a_whole_match(pattern: str, form: str) -> None:
+    """Each grammar form is exact and matches, as a whole, the single-line texts the pattern finds."""
+    assert grammar_pattern(pattern) == (None, form)
+    if pattern in _KEPT_TAIL and form == pattern:
+        return  # anchors left inside groups: passed on as written, as before
+    for text in ("", *_TEXTS):
+        assert (regex.fullmatch(form, text) is not None) == search(pattern, text), (pattern, text)
 
 
 def test_string_keywords_only_llguidance_intersects_are_kept_and_reported() -> None:
