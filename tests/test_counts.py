@@ -17,7 +17,12 @@ from guard_paths import engine_and_local, first_refused
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import strip_bounds
-from tokenmold.grammar.counts import closes_bracket_then_comma, closes_string_then_comma, ends_number_then_comma
+from tokenmold.grammar.counts import (
+    closes_bracket_then_comma,
+    closes_string_then_bracket_then_comma,
+    closes_string_then_comma,
+    ends_number_then_comma,
+)
 from tokenmold.grammar.rows import allowed_tokens
 
 NUMBERS = {"type": "array", "items": {"type": "integer"}, "maxItems": 3}
@@ -36,6 +41,16 @@ NESTED = {
         ]
     },
     "maxItems": 2,
+}
+#: Strings inside object items (a token such as ``"},`` closes one and adds an item).
+NAMED = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"id": {"type": "integer"}, "name": {"type": "string"}},
+        "required": ["id", "name"],
+    },
+    "maxItems": 1,
 }
 LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 
@@ -56,6 +71,7 @@ def test_the_rows_know_which_tokens_add_an_item() -> None:
     assert not closes_string_then_comma(b"a,b")  # a comma inside the string
     assert ends_number_then_comma(b"5,") and ends_number_then_comma(b",") and not ends_number_then_comma(b"5]")
     assert closes_bracket_then_comma(b'"},') and closes_bracket_then_comma(b"] ,")
+    assert closes_string_then_bracket_then_comma(b'x"},') and not closes_string_then_bracket_then_comma(b'},"')
     assert not closes_bracket_then_comma(b"a,") and not closes_bracket_then_comma(b",}")
 
 
@@ -64,7 +80,7 @@ def _bounded_llguidance(vocab, schema):
     return LLGuidanceBackend(vocab).compile_grammar(grammar)
 
 
-@pytest.mark.parametrize("schema", [NUMBERS, WORDS, NESTED], ids=["numbers", "words", "nested"])
+@pytest.mark.parametrize("schema", [NUMBERS, WORDS, NESTED, NAMED], ids=["numbers", "words", "nested", "named"])
 def test_the_guarded_mask_keeps_llguidances_counted_mask_and_every_walk_ends_valid(vocab, schema) -> None:
     """Every token llguidance allows with ``maxItems`` in its grammar, the guard allows, and the
     guard refuses only tokens that write a comma; walks that prefer structure (to run into the
