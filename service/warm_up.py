@@ -1,7 +1,7 @@
 """One constrained request at startup, so that the first client does not pay the engine's one-offs.
 
 An engine builds several things on its first grammar request, not at start: vLLM's structured
-output backend and llguidance's tokenizer (~500 ms on the embedded model, 2 cores, and ~130 ms more
+output backend and llguidance's tokenizer (~500 ms on the embedded model, 2 cores, and ~150 ms more
 for tokenmold's slices, ``grammar/backends/llguidance_slices.py``), the length guard's
 per-vocabulary table on the first bounded string (~200 ms), budget fitting's tables on the
 first ``budget: "fit"`` request (~600 ms, engine and verdict side). Measured on the first request of

@@ -13,18 +13,27 @@ large share of tokenmold's slow masks on MaskBench (docs/benchmarks.md, session 
 
 ``with_tokenmold_slices`` puts runs of letters and digits first (each token joins the first slice
 whose regex it matches, so these take the alphanumeric tokens out of the defaults), in lengths that
-a counted run can still subsume as its count goes down. A mask is the same set of tokens with any
-slices (llguidance only takes a slice it has proved contained; tests/test_llguidance_slices.py
-compares them position by position); what changes is how much of the trie each mask walks.
+a counted run can still subsume as its count goes down; runs of lowercase letters and digits come
+before runs of any case, so a lowercase-only class takes them wholesale too. A mask is the same set
+of tokens with any slices (llguidance only takes a slice it has proved contained;
+tests/test_llguidance_slices.py compares them position by position); what changes is how much of
+the trie each mask walks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: Alphanumeric runs, shortest first, placed before llguidance's defaults. Measured on MaskBench's
-#: 200-file sample against the defaults alone and against other chains (docs/benchmarks.md).
+#: Alphanumeric runs, shortest first, placed before llguidance's defaults: lowercase letters and
+#: digits first (slugs and ids, ``^[a-z0-9-]+$``, which no run with capitals fits), then any case.
+#: Measured on MaskBench's 200-file sample against the defaults alone and against other chains
+#: (docs/benchmarks.md, sessions 14 and 15).
 ALNUM_SLICES = (
+    "[a-z0-9]{1,2}",
+    "[a-z0-9]{1,4}",
+    "[a-z0-9]{1,8}",
+    "[a-z0-9]{1,16}",
+    "[a-z0-9]+",
     "[a-zA-Z0-9]{1,2}",
     "[a-zA-Z0-9]{1,4}",
     "[a-zA-Z0-9]{1,8}",
@@ -35,7 +44,7 @@ ALNUM_SLICES = (
 
 def with_tokenmold_slices(ll_tokenizer: Any) -> Any:
     """``ll_tokenizer`` (an ``llguidance.LLTokenizer``) with ``ALNUM_SLICES`` before llguidance's
-    general slices: a new tokenizer, whose slices take about 130 ms to build on the embedded model's
+    general slices: a new tokenizer, whose slices take about 150 ms to build on the embedded model's
     vocabulary (once per process, inside the startup warm-up)."""
     import llguidance
 
