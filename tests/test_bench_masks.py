@@ -6,6 +6,8 @@ Figures are never asserted on (timings vary); counts and the shape of the JSON r
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -89,6 +91,21 @@ def test_masks_report(paths, tmp_path, capsys):
     assert tokenmold["valid_rejected_final"] == tokenmold["valid_rejected"] == 1, tokenmold["examples"]
     assert [(e["file"], e["test"]) for e in tokenmold["examples"]["valid_rejected_closed"]] == [(FILES[0], 0)]
     assert tokenmold["invalid_accepted_final"] == 0, tokenmold["examples"]
+
+
+def test_masks_runs_as_tokenmold_bench_from_any_folder(paths, tmp_path):
+    """``tokenmold bench masks``, as the issue that set MaskBench's targets names it, from a folder
+    that is not the checkout: the checkout's benchmarks are found next to the installed package."""
+    out = tmp_path / "masks.json"
+    command = [sys.executable, "-m", "tokenmold.service.cli", "bench", "masks", paths[0], "--engines", "tokenmold"]
+    proc = subprocess.run([*command, "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "tokenmold" in proc.stdout and "mask p50/p99" in proc.stdout
+    assert json.loads(out.read_text())["engines"]["tokenmold"]["compiled"] == 1
+    usage = subprocess.run(
+        [sys.executable, "-m", "tokenmold.service.cli", "bench"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert usage.returncode == 2 and "masks|walk|repetition|apply|chain" in usage.stderr
 
 
 def test_walk_report(paths, tmp_path):
