@@ -182,10 +182,7 @@ def _ends_with_any(text: str) -> bool:
     end = len(text)
     while end and text[end - 1] == ")" and end - 1 in groups and not groups[end - 1][1]:
         end -= 1
-    if text[end - 2 : end] not in (".*", ".+"):
-        return False
-    before = text[: end - 2]
-    return (len(before) - len(before.rstrip("\\"))) % 2 == 0
+    return text[end - 2 : end] in (".*", ".+") and not _escaped(text, end - 2)
 
 
 def _hoist_anchors(alternative: str) -> str:
@@ -204,7 +201,10 @@ def _hoist_anchors(alternative: str) -> str:
 
 def _ends_with_anchor(text: str) -> bool:
     """``text`` ends in an unescaped ``$``."""
-    if not text.endswith("$"):
-        return False
-    backslashes = len(text[:-1]) - len(text[:-1].rstrip("\\"))
-    return backslashes % 2 == 0
+    return text.endswith("$") and not _escaped(text, len(text) - 1)
+
+
+def _escaped(text: str, at: int) -> bool:
+    """Whether the character at ``at`` follows an odd run of backslashes."""
+    before = text[:at]
+    return (len(before) - len(before.rstrip("\\"))) % 2 == 1
