@@ -42,6 +42,8 @@ _LOOKING_BACK = ("(?<", "\\b", "\\B")
 _LEAD, _TAIL = "^.*", ".*$"
 #: Above this many closer contents left to search, the row is asked first which are allowed.
 _FEW_GROUPS = 4
+#: JSON string content that reads as written: printable ASCII but the quote and the backslash.
+_PLAIN = regex.compile(rb"[\x20\x21\x23-\x5b\x5d-\x7e]*")
 #: The characters ``Searcher.last_chars`` answers for.
 _PRINTABLE = frozenset(chr(c) for c in range(0x20, 0x7F))
 
@@ -165,7 +167,7 @@ class Closers:
         """Per content, whether it holds a match by itself (memoized per pattern)."""
         found = self._alone.get(pattern)
         if found is None:
-            texts = [t if t is not None else _decoded(c) for t, c in zip(self.texts, self.contents, strict=True)]
+            texts = [t if t is not None else decoded(c) for t, c in zip(self.texts, self.contents, strict=True)]
             found = np.array([t is not None and searcher.regex.search(t) is not None for t in texts])
             self._alone[pattern] = found
         return found
@@ -227,7 +229,7 @@ def restrict_closing(
 def matches(raw: bytes, patterns: list[str]) -> bool:
     """Whether a whole string's content ``raw`` (as written) holds a match of one of ``patterns``
     (an unreadable content counts as one: the grammar judges it)."""
-    content = _decoded(raw)
+    content = decoded(raw)
     return content is None or any(_searcher(p).regex.search(content) for p in patterns)
 
 
@@ -235,14 +237,16 @@ def _extended(before: Scan | None, raw: bytes) -> str | None:
     """``raw`` decoded, reading only what it adds to ``before``'s content, which it extends (a
     content that decoded ends where an escape or a character does, so the rest decodes alone)."""
     if before is None:
-        return _decoded(raw)
-    added = _decoded(raw[len(before.raw) :])
+        return decoded(raw)
+    added = decoded(raw[len(before.raw) :])
     return None if added is None else before.content + added
 
 
-def _decoded(raw: bytes) -> str | None:
+def decoded(raw: bytes) -> str | None:
     """A string's content from its JSON text (``None`` where it is not whole: an open escape, a
     split character)."""
+    if _PLAIN.fullmatch(raw):
+        return raw.decode()  # the usual step: printable ASCII, no escapes (10x faster than json)
     try:
         value = json.loads(b'"' + raw + b'"')
     except ValueError:
