@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -33,6 +34,7 @@ import numpy as np
 from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
+from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns, guarded
 from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack, token_bits
 from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
@@ -56,21 +58,23 @@ class Stripped(NamedTuple):
     items: int
     #: ``pattern`` of strings it may match anywhere (``tokenmold.grammar.search_guard``).
     patterns: int
+    #: ``pattern`` of strings it must match whole (``tokenmold.grammar.pattern_guard``).
+    anchored: int
 
 
 def strip_bounds(schema: Any) -> Stripped:
     """``schema`` without the ``maxLength`` of its plain strings, the ``maxItems`` of its arrays
-    and the unanchored ``pattern`` of its unbounded strings.
+    and the ``pattern`` of its unbounded strings (unanchored, or anchored with a small automaton).
 
     A value in an ``anyOf``/``oneOf`` keeps its bounds when another branch there may also be a
     string or may also be an array (the mask could not tell which branch's bound applies), and so
     does every definition such a branch refers to."""
     kept: set[str] = set()
     if not _protect(schema, kept):
-        return Stripped(schema, 0, 0, 0)  # nothing to strip: the second walk is saved
-    count = [0, 0, 0]
+        return Stripped(schema, 0, 0, 0, 0)  # nothing to strip: the second walk is saved
+    count = [0, 0, 0, 0]
     stripped = _strip(schema, kept, "#", count)
-    return Stripped(stripped, count[0], count[1], count[2])
+    return Stripped(stripped, *count)
 
 
 def _protect(schema: Any, kept: set[str]) -> bool:
@@ -85,7 +89,7 @@ def _protect(schema: Any, kept: set[str]) -> bool:
             continue
         if not isinstance(node, dict):
             continue
-        bounded = bounded or _plain_bounded(node) or _counted(node) or _searched(node)
+        bounded = bounded or _plain_bounded(node) or _counted(node) or _searched(node) or _anchored(node)
         for keyword in ("anyOf", "oneOf"):
             branches = node.get(keyword)
             if isinstance(branches, list) and _crowded(branches):
@@ -123,6 +127,9 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     if at not in kept and _searched(node):
         del out["pattern"]
         count[2] += 1
+    elif at not in kept and _anchored(node):
+        del out["pattern"]
+        count[3] += 1
     for keyword in _VALUE_MAPS:
         members = node.get(keyword)
         if isinstance(members, dict):
@@ -163,6 +170,17 @@ def _searched(schema: dict[str, Any]) -> bool:
         and searching(schema.get("pattern"))
         and "maxLength" not in schema
         and not any(k in schema for k in _SHAPED if k != "pattern")
+    )
+
+
+def _anchored(schema: dict[str, Any]) -> bool:
+    """A string whose only shape is a pattern it must match whole, with an automaton small enough
+    to keep a row per state, and no ``maxLength`` (kept with the pattern for the same reason)."""
+    return (
+        _is("string", schema)
+        and "maxLength" not in schema
+        and not any(k in schema for k in _SHAPED if k != "pattern")
+        and guarded(schema.get("pattern"))
     )
 
 
@@ -267,6 +285,12 @@ class BoundTable:
         #: The tokens that close a string (``tokenmold.grammar.search_guard``).
         self.closers = Closers(spelled)
 
+    @cached_property
+    def patterns(self) -> PatternTokens:
+        """What each token writes into a string, for anchored patterns' automata
+        (``tokenmold.grammar.pattern_guard``; built on the first such pattern)."""
+        return PatternTokens(((t, data) for t, data in enumerate(self.by_id) if data), self.size)
+
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> BoundTable:
         return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size)
@@ -280,16 +304,24 @@ class BoundSchema:
         root = json.loads(text)
         self.schema = FitSchema(root)
         lengths: list[int] = []
-        #: Whether some array has a ``maxItems`` (the guard then counts items), and whether some
-        #: string has a pattern the guard holds (it then checks closing quotes).
+        #: Whether some array has a ``maxItems`` (the guard then counts items), whether some
+        #: string has a pattern the guard searches (it then checks closing quotes), and whether
+        #: some has one it runs an automaton of.
         self.counted = self.searched = False
-        for node in _nodes(root):  # one walk for the three
+        #: The patterns the guard runs automata of (their rows are built on first use; the engine
+        #: builds them when it compiles the grammar, ``service/vllm_plugin.py``).
+        self.held: list[str] = []
+        for node in _nodes(root):  # one walk for the four
             if _plain_bounded(node):
                 lengths.append(node["maxLength"])
             self.counted = self.counted or _counted(node)
             self.searched = self.searched or _searched(node)
+            if _anchored(node):
+                self.held.append(node["pattern"])
         #: The smallest ``maxLength`` of a plain string (``None``: there is none).
         self.smallest = min(lengths, default=None)
+        #: What the pattern guard keeps for all the outputs of this shape (``None``: it holds none).
+        self.patterns = ShapePatterns(_anchored) if self.held else None
 
 
 class BoundGuard:
@@ -305,6 +337,7 @@ class BoundGuard:
         self._kept: np.ndarray = np.zeros((table.size + 31) // 32, dtype=np.int32)
         self._counted = schema.counted
         self._searched = schema.searched
+        self._patterns = PatternGuard(table.patterns, schema.patterns) if schema.patterns is not None else None
         #: The string (pointer, content so far) whose content already holds a lasting match of its
         #: pattern: every later step in it is free (rescanning a long text each step would not be).
         self._found: tuple[str, bytes] | None = None
@@ -328,6 +361,8 @@ class BoundGuard:
             return
         if self._searched:
             self._search(words, top)
+        if self._patterns is not None:
+            self._patterns.restrict(words, self.tracker)
         if self._opening is not None:
             self._opened(words, self._opening)
         if self._counted:

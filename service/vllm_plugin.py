@@ -481,13 +481,15 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     """Run the bound guard (``tokenmold.grammar.bounds``) next to ``grammar`` when its spec left
     string or array bounds to it: it follows the accepted tokens (after the forced ones) and, after
     the grammar and the key guard filled a row, clears the tokens that would overrun a
-    ``maxLength`` or a ``maxItems``."""
+    ``maxLength`` or a ``maxItems`` or go off a pattern it holds."""
     from tokenmold.grammar.bounds import BoundGuard, BoundSchema, BoundTable
 
     if spec.bounds is None:
         return
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
     schema = schemas(spec.bounds, BoundSchema)
+    for pattern in schema.held:  # here, where the grammar compiles, not in the first step using it
+        table.patterns.rows(pattern)
 
     def start() -> BoundGuard:
         guard = BoundGuard(schema, table)

@@ -3,11 +3,13 @@
 An engine builds several things on its first grammar request, not at start: vLLM's structured
 output backend and llguidance's tokenizer (~500 ms on the embedded model, 2 cores, and ~150 ms more
 for tokenmold's slices, ``grammar/backends/llguidance_slices.py``), the length guard's
-per-vocabulary table on the first bounded string (~200 ms), budget fitting's tables on the
-first ``budget: "fit"`` request (~600 ms, engine and verdict side). Measured on the first request of
-each kind against the next one of the same kind with a new schema. The warm-up request below has
-all of these (a bounded string, an explicitly open object for the duplicate-key guard, fit mode), so
-``tokenmold serve`` answers ``/health`` only once they are built.
+per-vocabulary table on the first bounded string (~200 ms), the pattern guard's on the first
+string with an anchored counted pattern (~150 ms, ``grammar/pattern_guard.py``), budget fitting's
+tables on the first ``budget: "fit"`` request (~600 ms, engine and verdict side). Measured on the
+first request of each kind against the next one of the same kind with a new schema. The warm-up
+request below has all of these (a bounded string, a counted pattern, an explicitly open object for
+the duplicate-key guard, fit mode), so ``tokenmold serve`` answers ``/health`` only once they are
+built.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from tokenmold.service.runtime import Prompt, Runtime
 
 WARM_UP_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 8}},
+    "properties": {"name": {"type": "string", "maxLength": 8}, "code": {"type": "string", "pattern": "^[a-z]{2}$"}},
     "required": ["name"],
     "additionalProperties": {"type": "integer"},
 }

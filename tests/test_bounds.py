@@ -38,7 +38,7 @@ LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": 
 
 
 def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -> None:
-    stripped, count, _, _ = strip_bounds(BOUNDED)
+    stripped, count, _, _, _ = strip_bounds(BOUNDED)
     assert count == 3
     properties = stripped["properties"]
     assert "maxLength" not in properties["title"] and "maxLength" not in properties["tags"]["items"]
@@ -48,7 +48,7 @@ def test_plain_strings_lose_their_bound_and_shaped_or_ambiguous_ones_keep_it() -
         "anyOf": [{"$ref": "#/$defs/short"}, {"type": "string", "pattern": "^x+$"}],
         "$defs": {"short": {"type": "string", "maxLength": 2}},
     }
-    assert strip_bounds(two_strings) == (two_strings, 0, 0, 0)  # which branch's bound would apply?
+    assert strip_bounds(two_strings) == (two_strings, 0, 0, 0, 0)  # which branch's bound would apply?
     patterned = {
         "type": "object",
         "patternProperties": {"^x": {}},

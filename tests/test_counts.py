@@ -61,7 +61,7 @@ def test_arrays_lose_their_max_items_unless_a_sibling_branch_is_an_array_too() -
     assert "maxItems" not in stripped.schema and "maxItems" not in stripped.schema["items"]["anyOf"][1]
     assert strip_bounds({"type": "array", "maxItems": 0}).items == 0  # nothing to count
     two_arrays = {"anyOf": [{"type": "array", "maxItems": 1}, {"type": "array", "items": {"type": "string"}}]}
-    assert strip_bounds(two_arrays) == (two_arrays, 0, 0, 0)  # which branch's bound would apply?
+    assert strip_bounds(two_arrays) == (two_arrays, 0, 0, 0, 0)  # which branch's bound would apply?
     assert NESTED["maxItems"] == 2  # the schema given is left as it was
 
 

@@ -221,7 +221,7 @@ class LLGuidanceBackend(Backend):
         if schema is not False:
             layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
             stripped = strip_bounds(schema if isinstance(schema, dict) else {})
-            if stripped.lengths or stripped.items or stripped.patterns:
+            if stripped.lengths or stripped.items or stripped.patterns or stripped.anchored:
                 bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
             schema = {**stripped.schema, "x-guidance": layout}
         return self.compile_grammar(

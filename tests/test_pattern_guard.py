@@ -1,0 +1,166 @@
+"""Anchored patterns with a counted run (``tokenmold.grammar.pattern_guard``): such strings compile
+without their pattern and the bound guard ANDs the row of the state their content reached in the
+pattern's automaton. Checked token by token against the validator's own regular expressions
+(partial matches), against llguidance with the pattern in its grammar on random walks through the
+real vocabulary (the same rows), and on the engine's path (``vllm_plugin``)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import jsonschema
+import llguidance
+import pytest
+import regex
+import torch
+from guard_paths import engine_and_local, first_refused
+
+from tokenmold.grammar.backends.base import JsonOptions
+from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
+from tokenmold.grammar.bounds import strip_bounds
+from tokenmold.grammar.fit.tracker import Str
+from tokenmold.grammar.jsonschema.normalize import normalize_schema
+from tokenmold.grammar.pattern_guard import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton, guarded
+from tokenmold.grammar.rows import allowed_tokens
+
+ID = "^[0-9a-f]{4}-[0-9a-f]{2}$"
+ITEM = {"type": "object", "properties": {"id": {"type": "string", "pattern": ID}}, "required": ["id"]}
+IDS = {"type": "array", "items": {"type": "string", "pattern": ID}, "minItems": 2, "maxItems": 3}
+LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
+
+
+def _normalized(schema):
+    return normalize_schema(schema).schema
+
+
+def test_only_anchored_patterns_with_a_counted_run_leave_the_grammar() -> None:
+    assert guarded(ID) and guarded("^(?:ab|c){2,5}x$") and guarded("^[0-9A-Za-z]{8}-[0-9A-Za-z]{12}$")
+    assert not guarded("^[a-z0-9]+$")  # no counted run: llguidance is as fast
+    assert not guarded("^.*[0-9]{2}.*$")  # a search: the search guard's
+    assert not guarded("^[a-z]{2}") and not guarded("^(?=ab)[a-z]{2}$") and not guarded("^\\p{L}{2}$")
+    assert not guarded("^a{1000}$")  # an automaton too large to keep a row per state
+    stripped = strip_bounds(_normalized(ITEM))
+    assert stripped.anchored == 1 and "pattern" not in stripped.schema["properties"]["id"]
+    assert strip_bounds({"type": "string", "pattern": ID, "maxLength": 3}).anchored == 0
+    assert strip_bounds({"type": "string", "pattern": ID, "format": "uuid"}).anchored == 0
+
+
+@pytest.mark.parametrize("pattern", [ID, "^(?:ab|c){2,5}x$", "^[A-Z]{2}[^ab]{1,3}\\.[0-9]{2}$"])
+def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> None:
+    """For contents reached by random walks of the pattern's characters, a token's bit is whether
+    the validator's regular expression can still match the content with the token's text (a
+    partial match), or, for a token that closes the string, matches it whole; a token that leaves
+    an escape or a character open is judged up to there."""
+    tokens = vocab.bound_table.patterns
+    rows = tokens.rows(pattern)
+    machine = automaton(pattern)
+    assert rows is not None and machine is not None
+    compiled = regex.compile(pattern[1:-1])
+    spelling = vocab.bound_table.by_id
+    rng = random.Random(pattern)
+    judged = tokens.ids.tolist()
+    sample = rng.sample(judged, 2500) + [t for t in judged if b'"' in spelling[t] or b"\\" in spelling[t]]
+    alphabet = "abcx0123456789ABCZ-. "
+    for _ in range(6):
+        content = ""
+        for _ in range(rng.randrange(5)):
+            extended = content + rng.choice(alphabet)
+            if compiled.fullmatch(extended, partial=True):
+                content = extended
+        state = machine.run(machine.initial, content)
+        allowed = set(allowed_tokens(rows.rows[state], vocab.vocab_size).tolist())
+        for token in sample:
+            read = _read(spelling[token])
+            assert read is not None
+            text, mode = read
+            if mode == _CLOSE:
+                expected = compiled.fullmatch(content + text) is not None
+            elif mode == _EXTEND:
+                expected = compiled.fullmatch(content + text, partial=True) is not None
+            else:  # open at its end: what it completes is checked at the next step
+                # an escape writes a quote, a backslash, a slash or a control character (or any
+                # character, which neither llguidance nor this guard lets begin), a UTF-8
+                # sequence a character beyond ASCII
+                sample_chars = '"\\/\n\t\x01' if mode == _OPEN_ESCAPE else "\u00e9\u4e2d"
+                expected = any(compiled.fullmatch(content + text + c, partial=True) for c in sample_chars)
+            assert (token in allowed) == expected, (content, spelling[token], mode)
+
+
+def _llguidance(vocab, schema):
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": LAYOUT}))
+    return LLGuidanceBackend(vocab).compile_grammar(grammar)
+
+
+@pytest.mark.parametrize("schema", [ITEM, IDS], ids=["object", "array"])
+def test_the_guarded_mask_is_llguidances_and_every_walk_ends_valid(vocab, schema) -> None:
+    """The guard allows what llguidance allows with the pattern in its grammar; inside the
+    patterned strings nothing more but closing quotes (after which llguidance, forcing the bytes
+    that follow, keeps only its own spelling of them: ``":"`` and not ``":``); walks that prefer
+    the pattern's characters and quotes all end valid."""
+    normalized = _normalized(schema)
+    guarded_grammar = LLGuidanceBackend(vocab).compile_json_schema(normalized, JsonOptions())
+    assert guarded_grammar.bounds is not None and "pattern" not in guarded_grammar.grammar
+    reference = _llguidance(vocab, normalized)
+    spelling = vocab.bound_table.by_id
+    rng = random.Random(7)
+    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    completed = inside = 0
+    for _ in range(12):
+        ours_m, theirs_m = guarded_grammar.matcher(), reference.matcher()
+        tokens: list[int] = []
+        for _ in range(60):
+            ours_m.fill_next_token_bitmask(rows, 0)
+            theirs_m.fill_next_token_bitmask(rows, 1)
+            ours, theirs = (set(allowed_tokens(rows[i].numpy(), vocab.vocab_size).tolist()) for i in (0, 1))
+            assert theirs <= ours, vocab.hf_tokenizer.decode(tokens)
+            if isinstance(ours_m._guard.tracker.top, Str):  # llguidance may spell forced bytes its own way
+                assert all(b'"' in spelling[t] for t in ours - theirs), vocab.hf_tokenizer.decode(tokens)
+                inside += 1
+            quotes = [t for t in ours if b'"' in spelling[t] or t in vocab.stop_token_ids]
+            hex_like = [t for t in ours if spelling[t] and all(c in b"0123456789abcdef-" for c in spelling[t])]
+            draw = rng.random()
+            token = rng.choice(
+                quotes if quotes and draw < 0.3 else hex_like if hex_like and draw < 0.9 else sorted(ours)
+            )
+            if token in vocab.stop_token_ids:
+                jsonschema.validate(json.loads(vocab.hf_tokenizer.decode(tokens)), schema)
+                completed += 1
+                break
+            assert ours_m.accept_token(token) and theirs_m.accept_token(token)
+            tokens.append(token)
+    assert completed >= 6 and inside > 50
+
+
+def test_a_token_that_opens_a_patterned_string_must_begin_a_match(vocab) -> None:
+    """``"ab`` after a key opens the string and writes into it at once (where a number may come
+    too, so that the quote is not forced): it goes where the pattern cannot begin with its text,
+    and stays where it can."""
+    spelling = vocab.bound_table.by_id
+    opening = [t for t in vocab.bound_table.patterns.open_ids.tolist() if spelling[t][:1] == b'"']
+    path = "^[./][0-9a-f]{2,4}$"  # SmolLM2 has ``".`` and ``"/``, and no quote before a letter
+    either = {"type": "object", "properties": {"id": {"type": ["string", "integer"], "pattern": path}}}
+    compiled = LLGuidanceBackend(vocab).compile_json_schema(_normalized(either), JsonOptions())
+    assert compiled.bounds is not None and "pattern" not in compiled.grammar
+    matcher = compiled.matcher()
+    for token in vocab.encode('{"id":'):
+        assert matcher.accept_token(token)
+    row = torch.zeros((1, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    matcher.fill_next_token_bitmask(row)
+    allowed = set(allowed_tokens(row[0].numpy(), vocab.vocab_size).tolist())
+    begins = regex.compile(path[1:-1])
+    kept = [t for t in opening if t in allowed]
+    # ``"\\`` stays: its escape may write ``\\/``, which the pattern begins with
+    written = [spelling[t][1:].decode().replace("\\", "/") for t in kept]
+    assert len(kept) >= 3 and all(begins.fullmatch(text, partial=True) for text in written)
+    assert any(
+        t not in allowed for t in opening if not begins.fullmatch(spelling[t][1:].decode("latin-1"), partial=True)
+    )
+
+
+def test_the_engine_runs_the_same_check_as_the_in_process_matcher(vocab) -> None:
+    """The plugin's path without the engine: the wrapped grammar fills the rows the in-process
+    matcher fills, and an id off the pattern cannot be written."""
+    engine, local = engine_and_local(vocab, _normalized(ITEM))
+    refused = first_refused(vocab, engine, local, '{"id":"12g4-56"}')
+    assert refused is not None and "g" in refused
