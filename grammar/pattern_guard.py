@@ -36,19 +36,14 @@ from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.fit.tracker import Obj, Str, Tracker
-from tokenmold.grammar.jsonschema.regex import significant
 from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, token_bits
 from tokenmold.grammar.search_guard import decoded
 
 #: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
 #: 6 KB on the embedded vocabulary).
 MOST_STATES = 300
-#: A counted repeat above this (``{1,255}``) is left to llguidance: interegular unrolls it.
+#: A counted repeat above this is left to llguidance: the automaton unrolls it.
 _LARGEST_COUNT = 256
-#: Constructs interegular parses but does not mean as the validator does (lookarounds, which it
-#: approximates) or that make a match depend on more than the text (anchors inside, boundaries).
-_UNFAITHFUL = ("(?=", "(?!", "(?<", "\\b", "\\B", "\\A", "\\Z", "\\z")
-_COUNT = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
 
 
 class Automaton(NamedTuple):
@@ -94,34 +89,134 @@ class Automaton(NamedTuple):
 
 
 def guarded(pattern: object) -> bool:
-    """Whether ``pattern`` (as normalized) is one this guard holds: anchored at both ends with no
-    anchor, lookaround or boundary inside, a counted run (``{8}``, ``{1,64}``: elsewhere
-    llguidance's own masks are as fast, its lexer meeting the same states again and its slices
-    covering them, and the guard's step would only add to them) and an automaton of at most
-    ``MOST_STATES`` states."""
-    return isinstance(pattern, str) and automaton(pattern) is not None
+    """Whether ``pattern`` (as normalized) is one this guard holds: ``^X$`` where ``X`` is a line
+    of characters, classes and escapes with a counted run (``[0-9a-f]{8}-[0-9a-f]{4}``,
+    ``[a-z_-]{1,64}``; elsewhere llguidance's own masks are as fast, its lexer meeting the same
+    states again and its slices covering them, and the guard's step would only add to them). Its
+    automaton is built on first use (``automaton``); this check costs a scan of the pattern."""
+    return isinstance(pattern, str) and _held(pattern) is not None
+
+
+@lru_cache(maxsize=4096)
+def _held(pattern: str) -> str | None:
+    """``X`` of a ``^X$`` this guard holds (``guarded``), else ``None``."""
+    if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
+        return None
+    core = pattern[1:-1]
+    positions = _positions(core)
+    if positions is None or positions > MOST_STATES:
+        return None
+    try:
+        interegular.parse_pattern(core)
+    except Exception:  # interegular refuses what it does not know
+        return None
+    return core
 
 
 @lru_cache(maxsize=1024)
 def automaton(pattern: str) -> Automaton | None:
     """The DFA of a normalized ``^X$`` matched whole (``None``: not one this guard holds)."""
-    if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
+    core = _held(pattern)
+    return None if core is None else _from_fsm(interegular.parse_pattern(core).to_fsm())
+
+
+#: A quantifier: ``{n}``, ``{m,n}``, ``{m,}``, ``*``, ``+`` or ``?``.
+_QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}|[*+?]")
+#: Escapes of a character or a class that interegular and the validator read alike in ASCII.
+_CLASS_ESCAPES = frozenset("dDwWsStnrfv")
+
+
+def _positions(core: str) -> int | None:
+    """How many character positions ``core`` unrolls to when it is a line of single characters,
+    classes and escapes (in plain groups) with fixed counts, of which only the last may vary, and
+    some count is 2 or more: its automaton is then about a state per position, built in linear
+    time. ``None`` for any other shape (an alternation, a count that varies before the end, a lazy
+    quantifier, a lookaround, an anchor or a backreference): their automata may grow
+    exponentially (``[ab]*a[ab]{20}``), and llguidance builds its own lazily."""
+    at, counted, varied = 0, False, False
+    sizes = [0]  # positions so far in each open group, outermost first
+    while at < len(core):
+        char = core[at]
+        if varied and char != ")":
+            return None  # something after the part that varies
+        if char == "(":
+            if core.startswith("(?:", at):
+                at += 3
+            elif core.startswith("(?", at):
+                return None
+            else:
+                at += 1
+            sizes.append(0)
+            continue
+        if char == ")":
+            if len(sizes) == 1:
+                return None
+            size, at = sizes.pop(), at + 1
+        elif char == "[":
+            end = _class_end(core, at)
+            if end is None:
+                return None
+            size, at = 1, end
+        elif char == "\\":
+            end = _escape_end(core, at)
+            if end is None:
+                return None
+            size, at = 1, end
+        elif char in "|*+?{}^$":
+            return None
+        else:
+            size, at = 1, at + 1
+        quantifier = _QUANTIFIER.match(core, at)
+        if quantifier is not None:
+            if varied or core[quantifier.end() : quantifier.end() + 1] in ("?", "+"):
+                return None  # a count on what varies, a lazy or possessive quantifier
+            low, comma, high = quantifier.groups()
+            fixed = low is not None and comma is None
+            most = int(low) if fixed else int(high) if high else 1
+            if most > _LARGEST_COUNT:
+                return None
+            counted = counted or most >= 2
+            varied = not fixed
+            size *= max(most, 1)
+            at = quantifier.end()
+        sizes[-1] += size
+    return sizes[0] if counted and len(sizes) == 1 else None
+
+
+def _class_end(core: str, at: int) -> int | None:
+    """Where the class opening at ``at`` ends (past its ``]``; ``None``: a nested or unclosed one)."""
+    at += 1
+    if core.startswith("^", at):
+        at += 1
+    if core.startswith("]", at):
+        at += 1
+    while at < len(core):
+        if core[at] == "\\":
+            end = _escape_end(core, at)
+            if end is None:
+                return None
+            at = end
+        elif core[at] == "]":
+            return at + 1
+        elif core[at] == "[":
+            return None
+        else:
+            at += 1
+    return None
+
+
+def _escape_end(core: str, at: int) -> int | None:
+    """Where the escape at ``at`` ends (``None``: one this guard does not read)."""
+    if at + 1 >= len(core):
         return None
-    core = pattern[1:-1]
-    if core.startswith(".*") or any(mark in core for mark in _UNFAITHFUL) or "\x00" in core:
-        return None  # a search (``^.*X``: the search guard's), a lookaround or a boundary
-    if any(char in "^$" for _, char, _ in significant(core)):
-        return None  # an anchor inside
-    counts = [int(high) if high else int(low) for low, high in _COUNT.findall(core)]
-    if not counts or max(counts) < 2 or max(counts) > _LARGEST_COUNT:
-        return None  # no counted run: llguidance's lexer states repeat, and its slices cover them
-    try:
-        fsm = interegular.parse_pattern(core).to_fsm()
-    except Exception:  # interegular refuses what it does not know (\p{...}, backreferences)
-        return None
-    if len(fsm.states) > MOST_STATES:
-        return None
-    return _from_fsm(fsm)
+    escaped = core[at + 1]
+    if escaped in "ux":
+        digits = 4 if escaped == "u" else 2
+        hexa = core[at + 2 : at + 2 + digits]
+        return at + 2 + digits if len(hexa) == digits and all(c in "0123456789abcdefABCDEF" for c in hexa) else None
+    if escaped.isalnum() and escaped not in _CLASS_ESCAPES:
+        return None  # a backreference, a boundary, \p{...}, \A
+    return at + 2
 
 
 def _from_fsm(fsm: interegular.FSM) -> Automaton:

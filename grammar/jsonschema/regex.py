@@ -80,7 +80,7 @@ def grammar_pattern(pattern: str) -> tuple[str | None, str]:
     return None, "^" + body + "$"
 
 
-def significant(text: str) -> Iterator[tuple[int, str, bool]]:
+def _significant(text: str) -> Iterator[tuple[int, str, bool]]:
     """The characters that give ``text`` its structure, with where they are: each backslash (and
     whether it is inside a class) and every character outside classes; what a backslash escapes
     and what a class holds are skipped."""
@@ -107,7 +107,7 @@ def _scan(pattern: str) -> tuple[list[str], bool, str | None]:
     """Split ``pattern`` at top-level ``|``; report inner anchors and unsupported constructs."""
     alternatives: list[str] = []
     start, depth, inner_anchor = 0, 0, False
-    for i, char, in_class in significant(pattern):
+    for i, char, in_class in _significant(pattern):
         if char == "\\":
             reason = _unsupported_escape(pattern, i + 1, in_class)
             if reason is not None:
@@ -164,7 +164,7 @@ def _groups(text: str) -> dict[int, tuple[int, bool]]:
     splits it."""
     groups: dict[int, tuple[int, bool]] = {}
     opened: list[list[int]] = []  # [where, split] per open group
-    for i, char, _ in significant(text):
+    for i, char, _ in _significant(text):
         if char == "(":
             opened.append([i, 0])
         elif char == ")" and opened:
