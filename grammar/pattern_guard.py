@@ -42,6 +42,8 @@ from tokenmold.grammar.search_guard import decoded
 #: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
 #: 6 KB on the embedded vocabulary).
 MOST_STATES = 300
+#: The rows kept per vocabulary, all patterns together (37 states on the embedded vocabulary: 0.2 MB).
+KEPT_BYTES = 64 << 20
 #: A counted repeat above this is left to llguidance: the automaton unrolls it.
 _LARGEST_COUNT = 256
 
@@ -271,9 +273,7 @@ _EXTEND, _CLOSE, _OPEN_ESCAPE, _OPEN_CHAR = 0, 1, 2, 3
 class PatternTokens:
     """Per vocabulary: what each token writes into a string it is inside (decoded), and what the
     tokens that open a string write into it; per pattern, the rows of its states (built on first
-    use and kept, at most ``_KEPT`` patterns)."""
-
-    _KEPT = 256
+    use and kept while they fit in ``KEPT_BYTES``, the least recently built going first)."""
 
     def __init__(self, tokens: Iterable[tuple[int, bytes]], size: int) -> None:
         self.size = size
@@ -333,9 +333,9 @@ class PatternTokens:
                 return None
             found = self._build(machine)
             with self._lock:
-                if len(self._rows) >= self._KEPT:
-                    self._rows.pop(next(iter(self._rows)))
                 self._rows[pattern] = found
+                while sum(r.rows.nbytes for r in self._rows.values()) > KEPT_BYTES and len(self._rows) > 1:
+                    self._rows.pop(next(iter(self._rows)))
         return found
 
     def _build(self, machine: Automaton) -> PatternRows:

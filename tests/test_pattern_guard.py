@@ -11,11 +11,13 @@ import random
 
 import jsonschema
 import llguidance
+import numpy as np
 import pytest
 import regex
 import torch
 from guard_paths import engine_and_local, first_refused
 
+from tokenmold.grammar import pattern_guard
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import strip_bounds
@@ -169,3 +171,17 @@ def test_the_engine_runs_the_same_check_as_the_in_process_matcher(vocab) -> None
     engine, local = engine_and_local(vocab, _normalized(ITEM))
     refused = first_refused(vocab, engine, local, '{"id":"12g4-56"}')
     assert refused is not None and "g" in refused
+
+
+def test_rows_are_kept_within_their_budget(vocab, monkeypatch) -> None:
+    """Past ``KEPT_BYTES`` the least recently built pattern's rows go (and are built again when
+    met again); the one just built always stays."""
+    tokens = vocab.bound_table.patterns
+    first, second = "^[0-9]{2}x[a-f]{3}$", "^[a-f]{2}y[0-9]{3}$"
+    built = tokens.rows(first)
+    assert built is not None
+    monkeypatch.setattr(pattern_guard, "KEPT_BYTES", built.rows.nbytes + 1)
+    assert tokens.rows(second) is not None
+    assert second in tokens._rows and first not in tokens._rows
+    again = tokens.rows(first)
+    assert again is not None and np.array_equal(again.rows, built.rows)
