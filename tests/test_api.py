@@ -9,6 +9,7 @@ module within a couple of minutes on 2 cores.
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,27 @@ def test_a_bounded_list_ends_at_its_max_items(client) -> None:
     assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted"
     assert isinstance(choice.message.parsed, Shortlist) and len(choice.message.parsed.colors) <= 2, choice.message
     assert "maxItems" in validation(choice)["keywords"]["enforced"]
+
+
+class Flight(BaseModel):
+    """A counted pattern as pydantic writes it (``pattern``; llguidance's grammar leaves it out and
+    the pattern guard holds it)."""
+
+    code: str = Field(pattern=r"^[A-Z]{2}[0-9]{3,4}$")
+
+
+def test_a_counted_pattern_is_held_by_the_mask(client) -> None:
+    completion = client.chat.completions.parse(
+        model=MODEL,
+        messages=[{"role": "user", "content": "British Airways flight 249 leaves at noon. Give its code as JSON."}],
+        response_format=Flight,
+        max_tokens=30,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
+    assert isinstance(choice.message.parsed, Flight) and re.fullmatch(r"[A-Z]{2}[0-9]{3,4}", choice.message.parsed.code)
+    assert "pattern" in validation(choice)["keywords"]["enforced"]
 
 
 def test_too_few_tokens_is_a_length_error(client) -> None:
