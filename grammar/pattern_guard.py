@@ -1,8 +1,8 @@
 """Anchored string patterns enforced next to llguidance, as token automata built once per pattern.
 
-Inside a string whose pattern is anchored at both ends (``^[0-9A-Za-z]{8}-…-[0-9A-Za-z]{12}$``,
-``^[a-z0-9]+$``), llguidance walks its token trie at every position its slices do not cover (near
-the end of a counted run, in a class none of them fits): 60-150 µs a mask on MaskBench, and paid
+Inside a string whose pattern is anchored at both ends and counts (``^[0-9A-Za-z]{8}-…-[0-9A-Za-z]{12}$``),
+llguidance walks its token trie at every position its slices do not cover (near the end of a
+counted run, where each position is a new lexer state): 60-150 µs a mask on MaskBench, and paid
 again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
 grammar costs the same; issue 16). Such a pattern's states are few and recur across outputs, so
 the work is done once per pattern instead: the pattern's automaton (interegular's DFA of it) is run
@@ -36,7 +36,7 @@ from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.fit.tracker import Obj, Str, Tracker
-from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, token_bits
+from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
 
 #: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
@@ -54,16 +54,15 @@ class Automaton(NamedTuple):
 
     moves: np.ndarray
     finals: np.ndarray
-    #: The class of each ASCII character.
-    ascii: np.ndarray
+    #: The class of each ASCII character (a list: indexing numpy per character costs 10x).
+    ascii: list[int]
     #: The class of each other character the pattern names.
     other: dict[str, int]
     #: The class of any character the pattern does not name.
     rest: int
     initial: int
-    #: ``moves`` and ``ascii`` as lists, for ``run`` (indexing numpy per character costs 10x).
+    #: ``moves`` as lists, for ``run``.
     steps: list[list[int]]
-    ascii_list: list[int]
     #: Per state, whether some character JSON writes escaped (a quote, a backslash, a slash, a
     #: control character) keeps it alive, and whether some beyond ASCII does.
     escapable: np.ndarray
@@ -79,14 +78,14 @@ class Automaton(NamedTuple):
 
     def class_of(self, char: str) -> int:
         code = ord(char)
-        return int(self.ascii[code]) if code < 128 else self.other.get(char, self.rest)
+        return self.ascii[code] if code < 128 else self.other.get(char, self.rest)
 
     def run(self, state: int, text: str) -> int:
         """The state after ``text`` from ``state``."""
-        steps, ascii_list, other, rest = self.steps, self.ascii_list, self.other, self.rest
+        steps, ascii_classes, other, rest = self.steps, self.ascii, self.other, self.rest
         for char in text:
             code = ord(char)
-            state = steps[state][ascii_list[code] if code < 128 else other.get(char, rest)]
+            state = steps[state][ascii_classes[code] if code < 128 else other.get(char, rest)]
         return state
 
 
@@ -251,12 +250,11 @@ def _from_fsm(fsm: interegular.FSM) -> Automaton:
     return Automaton(
         moves,
         finals,
-        ascii_classes,
+        ascii_classes.tolist(),
         other,
         rest,
         initial,
         moves.tolist(),
-        ascii_classes.tolist(),
         live[:, escaped].any(axis=1),
         live[:, wide].any(axis=1),
     )
@@ -301,9 +299,9 @@ class PatternTokens:
         #: The tokens of those entries, packed: a row without any is not looked at further. Inside
         #: a string or a key only the entries past a separator between quotes can open one
         #: (``","ab``; ``""ab`` is never JSON there): none in the embedded vocabulary.
-        self.open_row = _packed(self.open_ids, words)
+        self.open_row = pack_ids(self.open_ids, words)
         late = np.array([_separated(head) for _, head, _, _ in opening], dtype=bool)
-        self.late_row = _packed(self.open_ids[late], words) if late.any() else None
+        self.late_row = pack_ids(self.open_ids[late], words) if late.any() else None
         texts = [text for _, text, _ in inside] + [text for _, _, text, _ in opening]
         #: The distinct characters written, by index (0 is padding), and each text as indices
         #: into them, padded to the longest (one array, filled at once).
@@ -320,7 +318,7 @@ class PatternTokens:
         self._rows: dict[str, PatternRows] = {}
         #: The tokens no automaton judges (special ones, those that begin inside an escape or a
         #: UTF-8 sequence), packed: every row keeps them.
-        self._unjudged = ~_packed(self.ids, words)
+        self._unjudged = ~pack_ids(self.ids, words)
         self._lock = threading.Lock()
 
     def rows(self, pattern: str) -> PatternRows | None:
@@ -379,13 +377,6 @@ def _separated(head: bytes) -> bool:
     """Whether a comma or a colon stands between the first and the last quote of ``head``."""
     first, last = head.find(b'"'), head.rfind(b'"')
     return first < last and (b"," in head[first:last] or b":" in head[first:last])
-
-
-def _packed(tokens: np.ndarray, words: int) -> np.ndarray:
-    flags: np.ndarray = np.zeros(words * 32, dtype=bool)
-    flags[tokens] = True
-    packed: np.ndarray = np.packbits(flags, bitorder="little").view(np.int32)
-    return packed
 
 
 class PatternRows(NamedTuple):

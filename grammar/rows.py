@@ -20,6 +20,13 @@ def pack(flags: np.ndarray, words: int) -> np.ndarray:
     return packed
 
 
+def pack_ids(tokens: np.ndarray, words: int) -> np.ndarray:
+    """A row of ``words`` words with the bits of ``tokens`` (int64 ids) set."""
+    flags: np.ndarray = np.zeros(words * 32, dtype=bool)
+    flags[tokens] = True
+    return pack(flags, words)
+
+
 def allowed_tokens(words: np.ndarray, size: int) -> np.ndarray:
     """The token ids whose bits are set in one bitmask row (only the non-zero words are unpacked)."""
     nonzero = np.flatnonzero(words)

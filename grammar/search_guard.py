@@ -31,7 +31,7 @@ from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.jsonschema.regex import PatternError, compile_pattern
-from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack, token_bits
+from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 
 #: Constructs after which a longer text may lose the match a shorter one had.
 _FRAGILE = ("$", "(?=", "(?!", "\\b", "\\B")
@@ -140,9 +140,7 @@ class Closers:
     def kept(self, words: int) -> np.ndarray:
         """A row of ``words`` words with every bit set but the closers' (built once)."""
         if self._kept is None or len(self._kept) != words:
-            flags: np.ndarray = np.zeros(words * 32, dtype=bool)
-            flags[self.ids] = True
-            self._kept = ~pack(flags, words)
+            self._kept = ~pack_ids(self.ids, words)
         return self._kept
 
     def completing(self, pattern: str, searcher: Searcher) -> np.ndarray:
