@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
 from tokenmold.grammar.backends.base import CompiledGrammar
+from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
 from tokenmold.schemas.verdict import VerdictError
 from tokenmold.service.testing import new_bitmask
 
@@ -33,19 +34,23 @@ ENGINE_NAMES = ("tokenmold", "xgrammar", "xgrammar-nonstrict", "llguidance", "ou
 _LOG_PREFIX = re.compile(r"^\[[^\]]*\] \S+?:\d+: ")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
 _NUMBER = re.compile(r"\d+")
-#: Compiled once as a worker starts, so that one-time set-up (an engine's vocabulary tables, lazy
-#: initialization on first use) is not charged to the first schema of a run. Its bounded string
-#: makes tokenmold build the length guard's per-vocabulary table (~140 ms once per process, as
-#: llguidance's token trie and xgrammar's tokenizer info are built before timing), which would
-#: otherwise be charged to whichever timed file first has a ``maxLength``.
-#: What every engine compiles and fills once before the corpus: one-offs per process (for tokenmold
-#: the bound guard's and the pattern guard's per-vocabulary tables, as ``tokenmold serve``'s own
-#: warm-up builds them) are not charged to the first schema that needs them.
+#: What every engine compiles and walks once before the corpus (a mask filled before each token of
+#: ``_WARM_UP_TEXT``): one-offs per process are not charged to the first schema that needs them.
+#: For tokenmold those are the bound guard's and the pattern guard's per-vocabulary tables and the
+#: rows of the formats the pattern guard holds (``TokenmoldEngine.warm_up``), which ``tokenmold
+#: serve``'s own warm-up request builds too (``service/warm_up.py``); for the raw engines, their
+#: vocabulary tables. (No ``hostname``: outlines refuses it.)
 _WARM_UP_SCHEMA = {
     "type": "object",
-    "properties": {"a": {"type": "string", "maxLength": 8}, "b": {"type": "string", "pattern": "^[a-z]{2}$"}},
+    "properties": {
+        "a": {"type": "string", "maxLength": 8},
+        "b": {"type": "string", "pattern": "^[a-z]{2}$"},
+        "c": {"type": "string", "format": "uri"},
+        "d": {"type": "string", "format": "email"},
+    },
     "required": ["a"],
 }
+_WARM_UP_TEXT = '{"a":"x","b":"ab","c":"https://example.com","d":"a@example.com"}'
 
 
 def default_tokenizer_dir() -> str:
@@ -84,7 +89,11 @@ class BenchEngine(ABC):
         """Compile ``schema``; any exception is a compile error, categorized by ``error_category``."""
 
     def warm_up(self) -> None:
-        self.compile(_WARM_UP_SCHEMA).matcher().fill_next_token_bitmask(new_bitmask(self.vocab))
+        matcher, bitmask = self.compile(_WARM_UP_SCHEMA).matcher(), new_bitmask(self.vocab)
+        for token in self.vocab.encode(_WARM_UP_TEXT):
+            matcher.fill_next_token_bitmask(bitmask)
+            if not matcher.accept_token(token):
+                break  # an engine that spells the text otherwise: warm enough
 
     def error_category(self, exc: Exception) -> str:
         """A short, stable bucket for a raw engine's error: its class and a normalized first line."""
@@ -122,6 +131,11 @@ class TokenmoldEngine(BenchEngine):
         compiled = self._compiler.compile(Shape.from_json_schema(schema), CompileOptions())
         assert compiled.token_grammar is not None  # inline compilation always keeps it
         return compiled.token_grammar
+
+    def warm_up(self) -> None:
+        super().warm_up()
+        for pattern in FORMAT_PATTERNS.values():  # as serve's warm-up request builds them
+            self.vocab.bound_table.patterns.rows(pattern)
 
     def error_category(self, exc: Exception) -> str:
         return exc.code if isinstance(exc, ShapeError) else f"crash: {type(exc).__name__}"

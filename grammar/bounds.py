@@ -34,6 +34,7 @@ import numpy as np
 from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
+from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
 from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns, guarded
 from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack, token_bits
 from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
@@ -46,6 +47,12 @@ _SHAPED = ("pattern", "format", "enum", "const", "contentEncoding")
 _VALUE_MAPS = ("properties", "$defs", "definitions")
 _VALUE_LISTS = ("prefixItems", "anyOf", "oneOf")
 _VALUE_SCHEMAS = ("items", "additionalProperties")
+#: The shortest ``maxLength`` held next to a format the pattern guard holds. The two guards each
+#: keep what their own bound allows, so near the bound the content could reach a state that needs
+#: more characters than are left (validation would then refuse it); a bound this long is not met
+#: in practice (pydantic's ``HttpUrl``: 2083), and shorter ones stay in llguidance's grammar,
+#: which intersects the two exactly.
+FORMAT_BOUND = 256
 
 
 class Stripped(NamedTuple):
@@ -128,7 +135,7 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
         del out["pattern"]
         count[2] += 1
     elif at not in kept and _anchored(node):
-        del out["pattern"]
+        del out["pattern" if "pattern" in node else "format"]
         count[3] += 1
     for keyword in _VALUE_MAPS:
         members = node.get(keyword)
@@ -159,7 +166,12 @@ def _is(kind: str, schema: dict[str, Any]) -> bool:
 
 
 def _plain_bounded(schema: dict[str, Any]) -> bool:
-    return _is("string", schema) and isinstance(schema.get("maxLength"), int) and not any(k in schema for k in _SHAPED)
+    """A string with a ``maxLength`` and no other shape than a format the pattern guard holds."""
+    return (
+        _is("string", schema)
+        and isinstance(schema.get("maxLength"), int)
+        and (not any(k in schema for k in _SHAPED) or ("format" in schema and _anchored(schema)))
+    )
 
 
 def _searched(schema: dict[str, Any]) -> bool:
@@ -174,14 +186,26 @@ def _searched(schema: dict[str, Any]) -> bool:
 
 
 def _anchored(schema: dict[str, Any]) -> bool:
-    """A string whose only shape is a pattern it must match whole, with an automaton small enough
-    to keep a row per state, and no ``maxLength`` (kept with the pattern for the same reason)."""
-    return (
-        _is("string", schema)
-        and "maxLength" not in schema
-        and not any(k in schema for k in _SHAPED if k != "pattern")
-        and guarded(schema.get("pattern"))
-    )
+    return anchor(schema) is not None
+
+
+def anchor(schema: dict[str, Any]) -> str | None:
+    """The pattern the pattern guard makes a string match whole (``None``: it holds none there):
+    its ``pattern``, when that is its only shape, with an automaton small enough to keep a row per
+    state and no ``maxLength`` (kept with the pattern for the same reason as above); or its
+    ``format``'s (``FORMAT_PATTERNS``), when that is its only shape, with no ``maxLength`` or one
+    of at least ``FORMAT_BOUND`` (the length guard holds it then)."""
+    if not _is("string", schema):
+        return None
+    shapes = [k for k in _SHAPED if k in schema]
+    if shapes == ["pattern"]:
+        pattern = schema["pattern"]
+        return pattern if "maxLength" not in schema and guarded(pattern) else None
+    if shapes == ["format"] and isinstance(schema["format"], str):
+        bound = schema.get("maxLength")
+        held = bound is None or (isinstance(bound, int) and bound >= FORMAT_BOUND)
+        return FORMAT_PATTERNS.get(schema["format"]) if held else None
+    return None
 
 
 def _counted(schema: dict[str, Any]) -> bool:
@@ -316,12 +340,13 @@ class BoundSchema:
                 lengths.append(node["maxLength"])
             self.counted = self.counted or _counted(node)
             self.searched = self.searched or _searched(node)
-            if _anchored(node):
-                self.held.append(node["pattern"])
+            held = anchor(node)
+            if held is not None:
+                self.held.append(held)
         #: The smallest ``maxLength`` of a plain string (``None``: there is none).
         self.smallest = min(lengths, default=None)
         #: What the pattern guard keeps for all the outputs of this shape (``None``: it holds none).
-        self.patterns = ShapePatterns(_anchored) if self.held else None
+        self.patterns = ShapePatterns(anchor) if self.held else None
 
 
 class BoundGuard:

@@ -36,6 +36,7 @@ from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.fit.tracker import Obj, Str, Tracker
+from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
 from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
 
@@ -46,6 +47,8 @@ MOST_STATES = 300
 KEPT_BYTES = 64 << 20
 #: A counted repeat above this is left to llguidance: the automaton unrolls it.
 _LARGEST_COUNT = 256
+#: The formats' patterns, held whatever their shape (their automata are known to be small).
+_FORMATS = frozenset(FORMAT_PATTERNS.values())
 
 
 class Automaton(NamedTuple):
@@ -63,8 +66,8 @@ class Automaton(NamedTuple):
     initial: int
     #: ``moves`` as lists, for ``run``.
     steps: list[list[int]]
-    #: Per state, whether some character JSON writes escaped (a quote, a backslash, a slash, a
-    #: control character) keeps it alive, and whether some beyond ASCII does.
+    #: Per state, whether some character JSON must write escaped (a quote, a backslash, a control
+    #: character; llguidance never writes ``\/``) keeps it alive, and whether some beyond ASCII does.
     escapable: np.ndarray
     beyond_ascii: np.ndarray
 
@@ -101,6 +104,8 @@ def guarded(pattern: object) -> bool:
 @lru_cache(maxsize=4096)
 def _held(pattern: str) -> str | None:
     """``X`` of a ``^X$`` this guard holds (``guarded``), else ``None``."""
+    if pattern in _FORMATS:
+        return pattern[1:-1]
     if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
         return None
     core = pattern[1:-1]
@@ -246,7 +251,7 @@ def _from_fsm(fsm: interegular.FSM) -> Automaton:
     initial = number[fsm.initial]
     live = moves[:, :pad] != dead
     wide = sorted({rest, *other.values()})
-    escaped = sorted({int(ascii_classes[c]) for c in (*range(0x20), 0x22, 0x2F, 0x5C)})
+    escaped = sorted({int(ascii_classes[c]) for c in (*range(0x20), 0x22, 0x5C)})
     return Automaton(
         moves,
         finals,
@@ -417,8 +422,8 @@ class ShapePatterns:
     by ``FitSchema``, hashed by identity) the patterns it holds, and per tracker stack and opening
     head the patterns of the string that head opens there."""
 
-    def __init__(self, holds: Callable[[dict[str, Any]], bool]) -> None:
-        self._holds = holds
+    def __init__(self, anchor: Callable[[dict[str, Any]], str | None]) -> None:
+        self._anchor = anchor
         self._anchors: dict[tuple[Any, ...], list[str] | None] = {}
         self.opens: dict[tuple[Any, ...], list[str] | None] = {}
 
@@ -427,7 +432,7 @@ class ShapePatterns:
         none the guard holds, so the guard leaves the string alone)."""
         found = self._anchors.get(top.cands, _UNSEEN)
         if found is _UNSEEN:
-            held = [cand.schema["pattern"] for cand in top.cands if self._holds(cand.schema)]
+            held = [p for p in (self._anchor(cand.schema) for cand in top.cands) if p is not None]
             found = self._anchors[top.cands] = held if len(held) == len(top.cands) else None
         return found  # type: ignore[return-value]
 
