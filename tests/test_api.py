@@ -32,7 +32,7 @@ from live_api import (  # noqa: F401  (client, server: this module's fixtures, s
     slow_regex,
     validation,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, EmailStr, Field, HttpUrl
 
 pytestmark = pytest.mark.engine
 
@@ -93,6 +93,34 @@ def test_a_counted_pattern_is_held_by_the_mask(client) -> None:
     assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
     assert isinstance(choice.message.parsed, Flight) and re.fullmatch(r"[A-Z]{2}[0-9]{3,4}", choice.message.parsed.code)
     assert "pattern" in validation(choice)["keywords"]["enforced"]
+
+
+class Contact(BaseModel):
+    """Formats as pydantic writes them: ``HttpUrl`` is ``format: uri`` with ``maxLength: 2083``,
+    ``EmailStr`` is ``format: email`` (llguidance's grammar leaves both out and the pattern guard
+    runs llguidance's own expressions for them)."""
+
+    website: HttpUrl
+    email: EmailStr
+
+
+def test_formats_are_held_by_the_mask(client) -> None:
+    completion = client.chat.completions.parse(
+        model=MODEL,
+        messages=[
+            {
+                "role": "user",
+                "content": "Ada's site is https://ada.example.org and her mail is ada@example.org. Give both as JSON.",
+            }
+        ],
+        response_format=Contact,
+        max_tokens=60,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
+    assert isinstance(choice.message.parsed, Contact), choice.message
+    assert {"format", "maxLength"} <= set(validation(choice)["keywords"]["enforced"])
 
 
 def test_too_few_tokens_is_a_length_error(client) -> None:
