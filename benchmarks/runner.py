@@ -31,6 +31,7 @@ from benchmarks.engines import (
     open_engine,
 )
 from benchmarks.report import write_json
+from tokenmold.service.heap import freeze_heap
 
 #: A job runs in the worker: ``job(engine, path)`` yields picklable events, one per step.
 #: It must be picklable itself (a module-level function or a ``functools.partial`` of one).
@@ -107,6 +108,7 @@ def _serve(conn: Connection, engine_name: str, tokenizer: str, job: Job) -> None
     """Worker main loop: run the job on each path received until the pipe closes."""
     engine = open_engine(engine_name, load_vocabulary(tokenizer))
     engine.warm_up()
+    freeze_heap()  # as ``tokenmold serve`` does after its warm-up
     conn.send(_READY)
     while True:
         try:

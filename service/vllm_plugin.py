@@ -26,6 +26,7 @@ from typing import Any
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
 from tokenmold.service.grammar_chain import beside, fill_directly, mask_failed
+from tokenmold.service.heap import freeze_heap
 from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
@@ -490,6 +491,9 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     schema = schemas(spec.bounds, BoundSchema)
     for pattern in schema.held:  # here, where the grammar compiles, not in the first step using it
         table.patterns.rows(pattern)
+    if not getattr(backend, "_tokenmold_frozen", False):  # the first guarded grammar: the warm-up's
+        backend._tokenmold_frozen = True
+        freeze_heap()
 
     def start() -> BoundGuard:
         guard = BoundGuard(schema, table)

@@ -10,7 +10,8 @@ the formats it holds on the first ``uri``, ``email`` or ``hostname`` (~300, 40 a
 (~600 ms, engine and verdict side). Measured on the first request of each kind against the next
 one of the same kind with a new schema. The warm-up request below has all of these (a bounded
 string, a counted pattern, the three formats, an explicitly open object for the duplicate-key
-guard, fit mode), so ``tokenmold serve`` answers ``/health`` only once they are built.
+guard, fit mode), so ``tokenmold serve`` answers ``/health`` only once they are built. Then the
+heap is frozen (``service/heap.py``): collections no longer walk what the warm-up built.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from tokenmold.grammar import Shape
 from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.service.heap import freeze_heap
 from tokenmold.service.runtime import Prompt, Runtime
 
 WARM_UP_SCHEMA: dict[str, Any] = {
@@ -52,4 +54,5 @@ async def warm_up(runtime: Runtime) -> float:
         )
     except Exception:
         _log.warning("the warm-up request failed; the first requests pay the engine's one-offs", exc_info=True)
+    freeze_heap()
     return time.perf_counter() - started
