@@ -8,8 +8,9 @@ on the engine core's one thread, and its Python cost more than llguidance's own 
 row against 5-8 on the ``bench e2e`` workload: ``python -m benchmarks chain``, docs/benchmarks.md,
 session 13). Three things keep it down:
 
-- ``RowViews``: vLLM fills rows of one persistent int32 tensor, step after step; its numpy view and
-  data pointer are taken once, not per row and per guard (``bitmask[idx].numpy()`` is ~2 µs).
+- ``ROWS`` (``tokenmold.grammar.row_views``): vLLM fills rows of one persistent int32 tensor, step
+  after step; its numpy view and data pointer are taken once, not per row and per guard
+  (``bitmask[idx].numpy()`` is ~2 µs).
 - ``fill_directly``: llguidance's mask goes straight to the row's address, without
   ``llguidance.torch``'s per-call checks (made once per tensor instead).
 - ``beside`` feeds a guard the accepted tokens when its next row is filled, so its tracking runs
@@ -23,62 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
+from tokenmold.grammar.row_views import ROWS
+
 _Mask = TypeVar("_Mask")
-
-
-@dataclass(frozen=True)
-class _Rows:
-    tensor: torch.Tensor
-    words: np.ndarray
-    address: int
-    row_bytes: int
-
-
-class RowViews:
-    """The numpy view of the bitmask tensor vLLM fills, kept for the tensor last seen.
-
-    One entry suffices: the engine fills one tensor (vLLM allocates it once); a test with several
-    tensors only recomputes. The entry holds the tensor, so its address cannot be reused by another
-    while kept; it is replaced in one assignment, so threads filling rows together (vLLM's parallel
-    fill) read a whole one.
-    """
-
-    def __init__(self) -> None:
-        self._last: _Rows | None = None
-
-    def _rows(self, bitmask: torch.Tensor) -> _Rows | None:
-        last = self._last
-        if last is not None and last.tensor is bitmask:
-            return last
-        fillable = bitmask.dtype == torch.int32 and bitmask.device.type == "cpu" and bitmask.dim() == 2
-        if not (fillable and bitmask.is_contiguous()):
-            return None
-        words = bitmask.numpy()
-        rows = self._last = _Rows(bitmask, words, bitmask.data_ptr(), words.shape[1] * 4)
-        return rows
-
-    def row(self, bitmask: torch.Tensor, idx: int) -> np.ndarray:
-        """Row ``idx`` as a numpy view (shares the tensor's memory)."""
-        rows = self._rows(bitmask)
-        return rows.words[idx] if rows is not None else bitmask[idx].numpy()
-
-    def address(self, bitmask: torch.Tensor, idx: int) -> tuple[int, int] | None:
-        """Row ``idx``'s address and size in bytes; ``None`` for a tensor llguidance cannot fill
-        through a pointer (not a contiguous 2-D int32 CPU tensor)."""
-        rows = self._rows(bitmask)
-        if rows is None or not 0 <= idx < rows.words.shape[0]:
-            return None
-        return rows.address + idx * rows.row_bytes, rows.row_bytes
-
-
-#: Per process: every grammar of the engine core fills the same tensor.
-ROWS = RowViews()
 
 
 def fill_directly(grammar: Any) -> None:

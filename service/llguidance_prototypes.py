@@ -14,8 +14,8 @@ from collections import OrderedDict
 from typing import Any
 
 from tokenmold.grammar.backends.llguidance_slices import with_tokenmold_slices
+from tokenmold.grammar.row_views import ROWS
 from tokenmold.grammar.rows import FirstRow
-from tokenmold.service.grammar_chain import ROWS
 
 #: Parsed grammars kept per process (least recently used dropped first).
 PROTOTYPE_CACHE_SIZE = 256

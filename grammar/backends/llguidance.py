@@ -21,7 +21,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import llguidance
-import numpy as np
 from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
 
 from tokenmold.grammar.backends.base import (
@@ -44,6 +43,7 @@ from tokenmold.grammar.errors import (
     UnsatisfiableSchema,
     UnsupportedFeature,
 )
+from tokenmold.grammar.row_views import ROWS, Rows
 from tokenmold.grammar.rows import FirstRow
 
 if TYPE_CHECKING:
@@ -112,32 +112,24 @@ class LLGuidanceMatcher(TokenTextMatcher):
         self._guard = guard
         #: The grammar's first row, shared by its matchers (``None`` once a token is accepted).
         self._first = first
-        #: The last bitmask checked, with its base address, row size and numpy rows: torch's
-        #: attribute reads cost ~2 µs a step, a third of llguidance's own mask time, so a tensor
-        #: is checked once.
-        self._bitmask: tuple[torch.Tensor, int, int, np.ndarray] | None = None
+        #: The view of the bitmask last filled (``ROWS``: taken once per tensor, not per matcher).
+        self._rows: Rows | None = None
 
     def fill_next_token_bitmask(self, bitmask: torch.Tensor, index: int = 0) -> None:
         # What ``llguidance.torch.fill_next_token_bitmask`` does, without importing that module:
         # it compiles a torch kernel at import time, which costs seconds of torch._dynamo imports.
-        if self._bitmask is None or self._bitmask[0] is not bitmask:
-            if bitmask.element_size() != 4 or not bitmask.is_contiguous() or bitmask.device.type != "cpu":
-                raise ValueError("the bitmask must be a contiguous int32 tensor in CPU memory")
-            self._bitmask = (
-                bitmask,
-                bitmask.data_ptr(),
-                bitmask.shape[-1] * 4,
-                bitmask.view(-1, bitmask.shape[-1]).numpy(),
-            )
-        _, base, row_bytes, rows = self._bitmask
+        rows = self._rows
+        if rows is None or rows.tensor is not bitmask:
+            rows = self._rows = ROWS.of(bitmask)
+            if rows is None:
+                raise ValueError("the bitmask must be a contiguous 2-D int32 tensor in CPU memory")
+        row, address, size = rows.words[index], rows.address + index * rows.row_bytes, rows.row_bytes
         if self._first is not None:
-            self._first.fill(
-                rows[index], lambda: self._matcher.unsafe_compute_mask_ptr(base + index * row_bytes, row_bytes)
-            )
+            self._first.fill(row, lambda: self._matcher.unsafe_compute_mask_ptr(address, size))
         else:
-            self._matcher.unsafe_compute_mask_ptr(base + index * row_bytes, row_bytes)
+            self._matcher.unsafe_compute_mask_ptr(address, size)
         if self._guard is not None:
-            self._guard.restrict(rows[index])
+            self._guard.restrict(row)
 
     def accept_token(self, token_id: int) -> bool:
         if self.error is not None:
