@@ -35,7 +35,8 @@ from tokenmold.grammar.counts import ItemRows, restrict_items
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
 from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
-from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns, guarded
+from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns
+from tokenmold.grammar.pattern_shapes import guarded, key_pattern
 from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack, token_bits
 from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
@@ -97,6 +98,7 @@ def _protect(schema: Any, kept: set[str]) -> bool:
         if not isinstance(node, dict):
             continue
         bounded = bounded or _plain_bounded(node) or _counted(node) or _searched(node) or _anchored(node)
+        bounded = bounded or key_anchor(node) is not None
         for keyword in ("anyOf", "oneOf"):
             branches = node.get(keyword)
             if isinstance(branches, list) and _crowded(branches):
@@ -136,6 +138,12 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
         count[2] += 1
     elif at not in kept and _anchored(node):
         del out["pattern" if "pattern" in node else "format"]
+        count[3] += 1
+    if at not in kept and key_anchor(node) is not None:
+        # the keys' pattern goes to the guard; the grammar takes any other key, with its schema
+        ((name, value),) = node["patternProperties"].items()
+        del out["patternProperties"]
+        out["additionalProperties"] = _strip(value, kept, f"{at}/patternProperties/{_escape(name)}", count)
         count[3] += 1
     for keyword in _VALUE_MAPS:
         members = node.get(keyword)
@@ -206,6 +214,21 @@ def anchor(schema: dict[str, Any]) -> str | None:
         held = bound is None or (isinstance(bound, int) and bound >= FORMAT_BOUND)
         return FORMAT_PATTERNS.get(schema["format"]) if held else None
     return None
+
+
+def key_anchor(schema: dict[str, Any]) -> str | None:
+    """The pattern the pattern guard makes an object's keys match whole (``None``: it holds none
+    there): an object whose only members are those of one ``patternProperties`` pattern the guard
+    holds (``tokenmold.grammar.pattern_shapes.key_pattern``), with no ``properties`` and
+    ``additionalProperties: false`` (which the layout writes where the caller's schema was silent,
+    ``tokenmold.grammar.layout``; llguidance takes a silent object as open). The grammar then
+    takes any key, with the pattern's schema for its value."""
+    keyed = schema.get("patternProperties")
+    if not _is("object", schema) or not isinstance(keyed, dict) or len(keyed) != 1 or schema.get("properties"):
+        return None
+    if schema.get("additionalProperties") is not False:
+        return None
+    return key_pattern(next(iter(keyed)))
 
 
 def _counted(schema: dict[str, Any]) -> bool:
@@ -340,13 +363,13 @@ class BoundSchema:
                 lengths.append(node["maxLength"])
             self.counted = self.counted or _counted(node)
             self.searched = self.searched or _searched(node)
-            held = anchor(node)
-            if held is not None:
-                self.held.append(held)
+            for held in (anchor(node), key_anchor(node)):
+                if held is not None:
+                    self.held.append(held)
         #: The smallest ``maxLength`` of a plain string (``None``: there is none).
         self.smallest = min(lengths, default=None)
         #: What the pattern guard keeps for all the outputs of this shape (``None``: it holds none).
-        self.patterns = ShapePatterns(anchor) if self.held else None
+        self.patterns = ShapePatterns(anchor, key_anchor) if self.held else None
 
 
 class BoundGuard:

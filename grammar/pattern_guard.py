@@ -24,7 +24,6 @@ would take is refused by the mask, never let through.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable, Iterable
 from functools import lru_cache
@@ -35,20 +34,13 @@ import numpy as np
 from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
-from tokenmold.grammar.fit.tracker import Obj, Str, Tracker
-from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
+from tokenmold.grammar.fit.tracker import Obj, Str, Text, Tracker
+from tokenmold.grammar.pattern_shapes import held_core
 from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
 
-#: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
-#: 6 KB on the embedded vocabulary).
-MOST_STATES = 300
 #: The rows kept per vocabulary, all patterns together (37 states on the embedded vocabulary: 0.2 MB).
 KEPT_BYTES = 64 << 20
-#: A counted repeat above this is left to llguidance: the automaton unrolls it.
-_LARGEST_COUNT = 256
-#: The formats' patterns, held whatever their shape (their automata are known to be small).
-_FORMATS = frozenset(FORMAT_PATTERNS.values())
 
 
 class Automaton(NamedTuple):
@@ -92,137 +84,12 @@ class Automaton(NamedTuple):
         return state
 
 
-def guarded(pattern: object) -> bool:
-    """Whether ``pattern`` (as normalized) is one this guard holds: ``^X$`` where ``X`` is a line
-    of characters, classes and escapes with a counted run (``[0-9a-f]{8}-[0-9a-f]{4}``,
-    ``[a-z_-]{1,64}``; elsewhere llguidance's own masks are as fast, its lexer meeting the same
-    states again and its slices covering them, and the guard's step would only add to them). Its
-    automaton is built on first use (``automaton``); this check costs a scan of the pattern."""
-    return isinstance(pattern, str) and _held(pattern) is not None
-
-
-@lru_cache(maxsize=4096)
-def _held(pattern: str) -> str | None:
-    """``X`` of a ``^X$`` this guard holds (``guarded``), else ``None``."""
-    if pattern in _FORMATS:
-        return pattern[1:-1]
-    if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
-        return None
-    core = pattern[1:-1]
-    positions = _positions(core)
-    if positions is None or positions > MOST_STATES:
-        return None
-    try:
-        interegular.parse_pattern(core)
-    except Exception:  # interegular refuses what it does not know
-        return None
-    return core
-
-
 @lru_cache(maxsize=1024)
 def automaton(pattern: str) -> Automaton | None:
-    """The DFA of a normalized ``^X$`` matched whole (``None``: not one this guard holds)."""
-    core = _held(pattern)
+    """The DFA of a normalized ``^X$`` matched whole (``None``: not one this guard holds,
+    ``tokenmold.grammar.pattern_shapes``)."""
+    core = held_core(pattern)
     return None if core is None else _from_fsm(interegular.parse_pattern(core).to_fsm())
-
-
-#: A quantifier: ``{n}``, ``{m,n}``, ``{m,}``, ``*``, ``+`` or ``?``.
-_QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}|[*+?]")
-#: Escapes of a character or a class that interegular and the validator read alike in ASCII.
-_CLASS_ESCAPES = frozenset("dDwWsStnrfv")
-
-
-def _positions(core: str) -> int | None:
-    """How many character positions ``core`` unrolls to when it is a line of single characters,
-    classes and escapes (in plain groups) with fixed counts, of which only the last may vary, and
-    some count is 2 or more: its automaton is then about a state per position, built in linear
-    time. ``None`` for any other shape (an alternation, a count that varies before the end, a lazy
-    quantifier, a lookaround, an anchor or a backreference): their automata may grow
-    exponentially (``[ab]*a[ab]{20}``), and llguidance builds its own lazily."""
-    at, counted, varied = 0, False, False
-    sizes = [0]  # positions so far in each open group, outermost first
-    while at < len(core):
-        char = core[at]
-        if varied and char != ")":
-            return None  # something after the part that varies
-        if char == "(":
-            if core.startswith("(?:", at):
-                at += 3
-            elif core.startswith("(?", at):
-                return None
-            else:
-                at += 1
-            sizes.append(0)
-            continue
-        if char == ")":
-            if len(sizes) == 1:
-                return None
-            size, at = sizes.pop(), at + 1
-        elif char == "[":
-            end = _class_end(core, at)
-            if end is None:
-                return None
-            size, at = 1, end
-        elif char == "\\":
-            end = _escape_end(core, at)
-            if end is None:
-                return None
-            size, at = 1, end
-        elif char in "|*+?{}^$":
-            return None
-        else:
-            size, at = 1, at + 1
-        quantifier = _QUANTIFIER.match(core, at)
-        if quantifier is not None:
-            if varied or core[quantifier.end() : quantifier.end() + 1] in ("?", "+"):
-                return None  # a count on what varies, a lazy or possessive quantifier
-            low, comma, high = quantifier.groups()
-            fixed = low is not None and comma is None
-            most = int(low) if fixed else int(high) if high else 1
-            if most > _LARGEST_COUNT:
-                return None
-            counted = counted or most >= 2
-            varied = not fixed
-            size *= max(most, 1)
-            at = quantifier.end()
-        sizes[-1] += size
-    return sizes[0] if counted and len(sizes) == 1 else None
-
-
-def _class_end(core: str, at: int) -> int | None:
-    """Where the class opening at ``at`` ends (past its ``]``; ``None``: a nested or unclosed one)."""
-    at += 1
-    if core.startswith("^", at):
-        at += 1
-    if core.startswith("]", at):
-        at += 1
-    while at < len(core):
-        if core[at] == "\\":
-            end = _escape_end(core, at)
-            if end is None:
-                return None
-            at = end
-        elif core[at] == "]":
-            return at + 1
-        elif core[at] == "[":
-            return None
-        else:
-            at += 1
-    return None
-
-
-def _escape_end(core: str, at: int) -> int | None:
-    """Where the escape at ``at`` ends (``None``: one this guard does not read)."""
-    if at + 1 >= len(core):
-        return None
-    escaped = core[at + 1]
-    if escaped in "ux":
-        digits = 4 if escaped == "u" else 2
-        hexa = core[at + 2 : at + 2 + digits]
-        return at + 2 + digits if len(hexa) == digits and all(c in "0123456789abcdefABCDEF" for c in hexa) else None
-    if escaped.isalnum() and escaped not in _CLASS_ESCAPES:
-        return None  # a backreference, a boundary, \p{...}, \A
-    return at + 2
 
 
 def _from_fsm(fsm: interegular.FSM) -> Automaton:
@@ -422,19 +289,36 @@ class ShapePatterns:
     by ``FitSchema``, hashed by identity) the patterns it holds, and per tracker stack and opening
     head the patterns of the string that head opens there."""
 
-    def __init__(self, anchor: Callable[[dict[str, Any]], str | None]) -> None:
+    def __init__(self, anchor: Anchor, key_anchor: Anchor) -> None:
         self._anchor = anchor
-        self._anchors: dict[tuple[Any, ...], list[str] | None] = {}
+        self._key_anchor = key_anchor
+        self._anchors: _Memo = {}
+        self._key_anchors: _Memo = {}
         self.opens: dict[tuple[Any, ...], list[str] | None] = {}
 
     def of(self, top: Str) -> list[str] | None:
         """The patterns the open string must match whole, one of them (``None``: a candidate has
         none the guard holds, so the guard leaves the string alone)."""
-        found = self._anchors.get(top.cands, _UNSEEN)
-        if found is _UNSEEN:
-            held = [p for p in (self._anchor(cand.schema) for cand in top.cands) if p is not None]
-            found = self._anchors[top.cands] = held if len(held) == len(top.cands) else None
-        return found  # type: ignore[return-value]
+        return _all_held(self._anchors, top.cands, self._anchor)
+
+    def keys_of(self, top: Obj) -> list[str] | None:
+        """The same for the key being written in the object on top."""
+        return _all_held(self._key_anchors, top.cands, self._key_anchor)
+
+
+#: What gives a schema's pattern (``bounds.anchor``) or its keys' (``bounds.key_anchor``).
+Anchor = Callable[[dict[str, Any]], str | None]
+_Memo = dict[tuple[Any, ...], list[str] | None]
+
+
+def _all_held(
+    memo: dict[tuple[Any, ...], list[str] | None], cands: tuple[Any, ...], anchor: Anchor
+) -> list[str] | None:
+    found = memo.get(cands, _UNSEEN)
+    if found is _UNSEEN:
+        held = [p for p in (anchor(cand.schema) for cand in cands) if p is not None]
+        found = memo[cands] = held if len(held) == len(cands) else None
+    return found  # type: ignore[return-value]
 
 
 _UNSEEN = object()
@@ -455,20 +339,24 @@ class PatternGuard:
     def restrict(self, words: np.ndarray, tracker: Tracker) -> None:
         top = tracker.top
         if isinstance(top, Str):
-            patterns = self._shape.of(top)
-            if patterns is not None and not top.text.open:
-                self._within(words, top, patterns)
+            self._inside(words, top.pointer, top.text, self._shape.of(top))
+            opening = self._tokens.late_row
+        elif isinstance(top, Obj) and top.phase == "in_key":
+            self._inside(words, top.pointer + "{}", top.key, self._shape.keys_of(top))
             opening = self._tokens.late_row
         else:
-            in_key = isinstance(top, Obj) and top.phase == "in_key"
-            opening = self._tokens.late_row if in_key else self._tokens.open_row
+            opening = self._tokens.open_row
         if opening is not None and np.bitwise_and(words, opening, out=self._kept).any():
             self._opening(words, tracker)
 
-    def _within(self, words: np.ndarray, top: Str, patterns: list[str]) -> None:
+    def _inside(self, words: np.ndarray, pointer: str, text: Text, patterns: list[str] | None) -> None:
+        """Inside a string or a key (``pointer``; keys end in ``{}``) whose patterns the guard
+        holds, keep the tokens that go on from the states its content reached."""
+        if patterns is None or text.open:
+            return
         found = [self._tokens.rows(p) for p in patterns]
         machines = [f.machine for f in found if f is not None]
-        states = self._reached(top, machines) if len(machines) == len(found) else None
+        states = self._reached(pointer, text.raw, machines) if len(machines) == len(found) else None
         if states is None:
             return
         live = [f.rows[s] for f, s in zip(found, states, strict=True) if f is not None and s < f.machine.dead]
@@ -506,14 +394,19 @@ class PatternGuard:
             if len(memo) > _MEMO_SIZE:
                 memo.clear()
             inside = tracker.feed(self._tokens.heads[head]).top
-            memo[key] = self._shape.of(inside) if isinstance(inside, Str) and not inside.text.raw else None
+            if isinstance(inside, Str) and not inside.text.raw:
+                memo[key] = self._shape.of(inside)
+            elif isinstance(inside, Obj) and inside.phase == "in_key" and not inside.key.raw:
+                memo[key] = self._shape.keys_of(inside)
+            else:
+                memo[key] = None
         return memo[key]
 
-    def _reached(self, top: Str, machines: list[Automaton]) -> tuple[int, ...] | None:
-        """The automata's states after the open string's content (``None``: it does not decode
-        whole), reading only what it added since the last step in the same string."""
-        raw, known = top.text.raw, self._states
-        same = known is not None and known[0] == top.pointer and len(known[2]) == len(machines)
+    def _reached(self, pointer: str, raw: bytes, machines: list[Automaton]) -> tuple[int, ...] | None:
+        """The automata's states after the open string's content ``raw`` (``None``: it does not
+        decode whole), reading only what it added since the last step in the same string."""
+        known = self._states
+        same = known is not None and known[0] == pointer and len(known[2]) == len(machines)
         if known is not None and same and raw.startswith(known[1]):
             added, states = decoded(raw[len(known[1]) :]), known[2]
         else:
@@ -521,5 +414,5 @@ class PatternGuard:
         if added is None:
             return None
         states = tuple(m.run(s, added) for m, s in zip(machines, states, strict=True))
-        self._states = (top.pointer, raw, states)
+        self._states = (pointer, raw, states)
         return states

@@ -123,6 +123,35 @@ def test_formats_are_held_by_the_mask(client) -> None:
     assert {"format", "maxLength"} <= set(validation(choice)["keywords"]["enforced"])
 
 
+def test_a_key_pattern_is_held_by_the_mask(client) -> None:
+    """A hand-written schema (pydantic writes ``propertyNames``, not ``patternProperties``) as
+    ``response_format`` against a live ``tokenmold serve``: accepted, every key on the pattern."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "seats": {
+                "type": "object",
+                "patternProperties": {"^[a-z]{2}[0-9]{2}$": {"type": "integer"}},
+                "additionalProperties": False,  # keys must match: the shape the guard holds
+                "maxProperties": 2,
+            }
+        },
+        "required": ["seats"],
+        "additionalProperties": False,
+    }
+    completion = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Seats ab12 and cd34 cost 40 and 55. Give seat prices as JSON."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "seats", "schema": schema}},
+        max_tokens=40,
+        temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
+    seats = json.loads(choice.message.content or "")["seats"]
+    assert seats and all(re.fullmatch("[a-z]{2}[0-9]{2}", key) for key in seats)
+
+
 def test_too_few_tokens_is_a_length_error(client) -> None:
     class Story(BaseModel):
         story: str

@@ -21,9 +21,10 @@ from tokenmold.grammar import pattern_guard
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import strip_bounds
-from tokenmold.grammar.fit.tracker import Str
+from tokenmold.grammar.fit.tracker import Obj, Str
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
-from tokenmold.grammar.pattern_guard import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton, guarded
+from tokenmold.grammar.pattern_guard import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton
+from tokenmold.grammar.pattern_shapes import guarded
 from tokenmold.grammar.rows import allowed_tokens
 
 ID = "^[0-9a-f]{4}-[0-9a-f]{2}$"
@@ -109,7 +110,7 @@ def test_the_guarded_mask_is_llguidances_and_every_walk_ends_valid(vocab, schema
 def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60) -> None:
     """Twelve random walks through the guarded grammar of ``schema`` and llguidance's with every
     bound in it, drawing quotes, tokens of ``likely`` characters or any allowed token: the guarded
-    mask allows all llguidance allows, inside the guarded strings nothing more but closing quotes
+    mask allows all llguidance allows, inside the guarded strings and keys nothing more but closing quotes
     (after which llguidance, forcing the bytes that follow, keeps only its own spelling of them:
     ``":"`` and not ``":``), and at least half the walks end valid."""
     normalized = _normalized(schema)
@@ -128,7 +129,9 @@ def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60
             theirs_m.fill_next_token_bitmask(rows, 1)
             ours, theirs = (set(allowed_tokens(rows[i].numpy(), vocab.vocab_size).tolist()) for i in (0, 1))
             assert theirs <= ours, vocab.hf_tokenizer.decode(tokens)
-            if isinstance(ours_m._guard.tracker.top, Str):  # llguidance may spell forced bytes its own way
+            top = ours_m._guard.tracker.top
+            if isinstance(top, Str) or (isinstance(top, Obj) and top.phase == "in_key"):
+                # llguidance may spell forced bytes its own way
                 assert all(b'"' in spelling[t] for t in ours - theirs), vocab.hf_tokenizer.decode(tokens)
                 inside += 1
             quotes = [t for t in ours if b'"' in spelling[t] or t in vocab.stop_token_ids]

@@ -1,0 +1,212 @@
+"""Which string patterns the pattern guard holds, decided by a scan of the pattern.
+
+The guard (``tokenmold.grammar.pattern_guard``) runs a pattern's automaton, built on first use; the
+decision to take a pattern out of llguidance's grammar is made at compile time, so it must be cheap
+(a scan, ~0.1 ms) and must admit only patterns whose automaton is known to stay small: interegular
+builds DFAs eagerly, and some patterns' DFAs grow exponentially (``[ab]*a[ab]{20}``), which
+llguidance, building lazily, never meets. Three kinds are held:
+
+- string values whose pattern is a *line* with a counted run (``guarded``): llguidance walks its
+  token trie at every position near the end of a counted run;
+- the formats of ``tokenmold.grammar.format_patterns``, whose automata are known;
+- object keys whose one ``patternProperties`` pattern is a line, counted or not, or a search for
+  one counted character class (``.*[0-9a-f]{32}.*``), in an object that lists no properties and
+  takes no other keys (``key_pattern``): llguidance's key lexeme costs 300-400 µs a mask at every
+  position of such a key, against 5 µs for a key of ``additionalProperties``.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import interegular
+
+from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
+
+#: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
+#: 6 KB on the embedded vocabulary).
+MOST_STATES = 300
+#: A counted repeat above this is left to llguidance: the automaton unrolls it.
+_LARGEST_COUNT = 256
+#: The formats' patterns, held whatever their shape (their automata are known to be small).
+_FORMATS = frozenset(FORMAT_PATTERNS.values())
+
+
+def guarded(pattern: object) -> bool:
+    """Whether ``pattern`` (as normalized) is one this guard holds: ``^X$`` where ``X`` is a line
+    of characters, classes and escapes with a counted run (``[0-9a-f]{8}-[0-9a-f]{4}``,
+    ``[a-z_-]{1,64}``; elsewhere llguidance's own masks are as fast, its lexer meeting the same
+    states again and its slices covering them, and the guard's step would only add to them). Its
+    automaton is built on first use (``automaton``); this check costs a scan of the pattern."""
+    return isinstance(pattern, str) and _held(pattern) is not None
+
+
+@lru_cache(maxsize=4096)
+def _held(pattern: str) -> str | None:
+    """``X`` of a ``^X$`` this guard holds (``guarded``), else ``None``."""
+    if pattern in _FORMATS:
+        return pattern[1:-1]
+    if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
+        return None
+    core = pattern[1:-1]
+    positions = _positions(core)
+    return core if positions is not None and positions <= MOST_STATES and _parses(core) else None
+
+
+def _parses(core: str) -> bool:
+    try:
+        interegular.parse_pattern(core)
+    except Exception:  # interegular refuses what it does not know
+        return False
+    return True
+
+
+#: A quantifier: ``{n}``, ``{m,n}``, ``{m,}``, ``*``, ``+`` or ``?``.
+_QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}|[*+?]")
+#: Escapes of a character or a class that interegular and the validator read alike in ASCII.
+_CLASS_ESCAPES = frozenset("dDwWsStnrfv")
+
+
+def _positions(core: str, counted_only: bool = True) -> int | None:
+    """How many character positions ``core`` unrolls to when it is a line of single characters,
+    classes and escapes (in plain groups) with fixed counts, of which only the last may vary, and
+    some count is 2 or more: its automaton is then about a state per position, built in linear
+    time. ``None`` for any other shape (an alternation, a count that varies before the end, a lazy
+    quantifier, a lookaround, an anchor or a backreference): their automata may grow
+    exponentially (``[ab]*a[ab]{20}``), and llguidance builds its own lazily."""
+    at, counted, varied = 0, False, False
+    sizes = [0]  # positions so far in each open group, outermost first
+    while at < len(core):
+        char = core[at]
+        if varied and char != ")":
+            return None  # something after the part that varies
+        if char == "(":
+            if core.startswith("(?:", at):
+                at += 3
+            elif core.startswith("(?", at):
+                return None
+            else:
+                at += 1
+            sizes.append(0)
+            continue
+        if char == ")":
+            if len(sizes) == 1:
+                return None
+            size, at = sizes.pop(), at + 1
+        elif char == "[":
+            end = _class_end(core, at)
+            if end is None:
+                return None
+            size, at = 1, end
+        elif char == "\\":
+            end = _escape_end(core, at)
+            if end is None:
+                return None
+            size, at = 1, end
+        elif char in "|*+?{}^$":
+            return None
+        else:
+            size, at = 1, at + 1
+        quantifier = _QUANTIFIER.match(core, at)
+        if quantifier is not None:
+            if varied or core[quantifier.end() : quantifier.end() + 1] in ("?", "+"):
+                return None  # a count on what varies, a lazy or possessive quantifier
+            low, comma, high = quantifier.groups()
+            fixed = low is not None and comma is None
+            most = int(low) if fixed else int(high) if high else 1
+            if most > _LARGEST_COUNT:
+                return None
+            counted = counted or most >= 2
+            varied = not fixed
+            size *= max(most, 1)
+            at = quantifier.end()
+        sizes[-1] += size
+    return sizes[0] if (counted or not counted_only) and len(sizes) == 1 else None
+
+
+def _class_end(core: str, at: int) -> int | None:
+    """Where the class opening at ``at`` ends (past its ``]``; ``None``: a nested or unclosed one)."""
+    at += 1
+    if core.startswith("^", at):
+        at += 1
+    if core.startswith("]", at):
+        at += 1
+    while at < len(core):
+        if core[at] == "\\":
+            end = _escape_end(core, at)
+            if end is None:
+                return None
+            at = end
+        elif core[at] == "]":
+            return at + 1
+        elif core[at] == "[":
+            return None
+        else:
+            at += 1
+    return None
+
+
+def _escape_end(core: str, at: int) -> int | None:
+    """Where the escape at ``at`` ends (``None``: one this guard does not read)."""
+    if at + 1 >= len(core):
+        return None
+    escaped = core[at + 1]
+    if escaped in "ux":
+        digits = 4 if escaped == "u" else 2
+        hexa = core[at + 2 : at + 2 + digits]
+        return at + 2 + digits if len(hexa) == digits and all(c in "0123456789abcdefABCDEF" for c in hexa) else None
+    if escaped.isalnum() and escaped not in _CLASS_ESCAPES:
+        return None  # a backreference, a boundary, \p{...}, \A
+    return at + 2
+
+
+def held_core(pattern: str) -> str | None:
+    """``X`` of a ``^X$`` the guard holds, as a string's pattern, a format's or a key pattern."""
+    return _held(pattern) or _key_held(pattern)
+
+
+def key_pattern(pattern: object) -> str | None:
+    """``pattern`` when the guard holds it as the one ``patternProperties`` pattern of an object
+    that lists no properties (``None`` otherwise): a line, counted or not, or a search for one
+    counted character class. Next to listed names the automaton's alphabet splits into a class a
+    letter, and building its rows took 1.2 s for two names (``.*[0-9a-f]{32}.*``: 110 ms alone)."""
+    if not isinstance(pattern, str):
+        return None
+    return pattern if _key_held(pattern) is not None else None
+
+
+@lru_cache(maxsize=4096)
+def _key_held(pattern: str) -> str | None:
+    """``X`` of a ``^X$`` the guard holds as a key pattern (``key_pattern``), else ``None``."""
+    if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
+        return None
+    core = pattern[1:-1]
+    positions = _positions(core, counted_only=False)
+    if positions is None:
+        positions = _searched_run(core)
+    return core if positions is not None and positions <= MOST_STATES and _parses(core) else None
+
+
+def _searched_run(core: str) -> int | None:
+    """The positions of ``.*C{m,n}.*`` (``C`` one character, class or escape): ``n + 1`` states
+    (how long the current run of ``C`` is), else ``None``."""
+    if not core.startswith(".*") or not core.endswith(".*") or core.endswith("\\.*"):
+        return None
+    middle = core[2:-2]
+    if not middle:
+        return None
+    if middle[0] == "[":
+        end = _class_end(middle, 0)
+    elif middle[0] == "\\":
+        end = _escape_end(middle, 0)
+    else:
+        end = None if middle[0] in "()|*+?{}.^$" else 1
+    if end is None:
+        return None
+    quantifier = _QUANTIFIER.fullmatch(middle, end)
+    if quantifier is None or quantifier.group(1) is None:
+        return None
+    low, high = int(quantifier.group(1)), quantifier.group(3)
+    most = low if quantifier.group(2) is None or not high else int(high)
+    return most + 1 if most <= _LARGEST_COUNT else None
