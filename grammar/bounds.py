@@ -101,20 +101,21 @@ def _protect(schema: Any, kept: set[str]) -> bool:
         bounded = bounded or key_anchor(node) is not None
         for keyword in ("anyOf", "oneOf"):
             branches = node.get(keyword)
-            if isinstance(branches, list) and _crowded(branches):
+            if isinstance(branches, list) and (_crowded(branches) or _crowded(branches, ("object",))):
                 kept.update(b["$ref"] for b in branches if isinstance(b, dict) and isinstance(b.get("$ref"), str))
         stack.extend(node.values())
     return bounded
 
 
-def _crowded(branches: list[Any]) -> bool:
-    return any(sum(_may_be(kind, b) for b in branches) > 1 for kind in ("string", "array"))
+def _crowded(branches: list[Any], kinds: tuple[str, ...] = ("string", "array")) -> bool:
+    """Whether two branches may both be of one of ``kinds`` (objects: for their key patterns)."""
+    return any(sum(_may_be(kind, b) for b in branches) > 1 for kind in kinds)
 
 
 def _may_be(kind: str, schema: Any) -> bool:
     if not isinstance(schema, dict) or "$ref" in schema or "anyOf" in schema or "oneOf" in schema:
         return True
-    python = str if kind == "string" else list
+    python = {"string": str, "array": list, "object": dict}[kind]
     for keyword in ("enum", "const"):
         if keyword in schema:
             values = schema[keyword] if keyword == "enum" else [schema[keyword]]
@@ -155,6 +156,10 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
         branches = node.get(keyword)
         if isinstance(branches, list):
             crowded = keyword != "prefixItems" and _crowded(branches)
+            if keyword != "prefixItems" and _crowded(branches, ("object",)):
+                # which branch a key belongs to is the grammar's call: the keys' patterns stay there
+                held = (i for i, b in enumerate(branches) if isinstance(b, dict) and key_anchor(b) is not None)
+                kept.update(f"{at}/{keyword}/{i}" for i in held)
             out[keyword] = [
                 b if crowded else _strip(b, kept, f"{at}/{keyword}/{i}", count) for i, b in enumerate(branches)
             ]

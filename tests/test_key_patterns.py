@@ -35,6 +35,12 @@ def test_which_key_patterns_the_guard_holds() -> None:
     assert key_anchor({**BY_ID, "properties": {"x": {}}}) is None
     two = {"^a[0-9]$": {}, "^b[0-9]$": {}}
     assert key_anchor({"type": "object", "patternProperties": two}) is None
+    # a union with another object: which branch a key belongs to is the grammar's call
+    either = {"anyOf": [BY_ID, {"type": "object", "properties": {"x": {"type": "integer"}}}]}
+    assert strip_bounds(either).anchored == 0
+    named = {"anyOf": [{"$ref": "#/$defs/ids"}, {"type": "object"}], "$defs": {"ids": BY_ID}}
+    assert strip_bounds(named).anchored == 0
+    assert strip_bounds({"anyOf": [BY_ID, {"type": "string"}]}).anchored == 1
     stripped = strip_bounds({"type": "object", "properties": {"ids": BY_ID}})
     assert stripped.anchored == 1
     assert stripped.schema["properties"]["ids"] == {
