@@ -20,6 +20,11 @@ judged from the automaton's start where the tracker says the string they open ho
 pattern. The automaton reads ``\\d``, ``\\w`` and ``\\s`` as ASCII (interegular's classes), where
 the validator's regular expressions read them as Unicode: a non-ASCII digit or letter such a class
 would take is refused by the mask, never let through.
+
+The same rows hold the formats llguidance is slow on (``tokenmold.grammar.format_patterns``) and
+the keys of an object whose members all come from one pattern (inside a key, the tracker's key
+text plays the string's content); which patterns are held is decided by a scan
+(``tokenmold.grammar.pattern_shapes``).
 """
 
 from __future__ import annotations
