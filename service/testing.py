@@ -33,6 +33,19 @@ def allowed_tokens(bitmask: torch.Tensor, vocab_size: int) -> np.ndarray:
     return row_tokens(bitmask[0].numpy(), vocab_size)
 
 
+def mask_accepts(vocab: Vocabulary, compiled: CompiledGrammar, text: str) -> bool:
+    """Whether the masks let ``text``'s tokens through one by one, and then a stop token: what the
+    shape enforces, guards included (``CompiledGrammar.accepts`` asks the grammar alone, which
+    leaves the bounds and patterns the guards hold to them)."""
+    matcher, row = compiled.matcher(), new_bitmask(vocab)
+    for token in vocab.encode(text):
+        matcher.fill_next_token_bitmask(row)
+        if not is_allowed(row, token) or not matcher.accept_token(token):
+            return False
+    matcher.fill_next_token_bitmask(row)
+    return any(is_allowed(row, stop) for stop in vocab.stop_token_ids)
+
+
 #: Characters whose tokens tend to finish a JSON value.
 _CLOSERS = ("}", "]", '"')
 #: The highest probability of drawing only closing tokens, reached at half of ``max_tokens``.

@@ -9,7 +9,6 @@ import json
 
 import pytest
 import regex
-import torch
 from guard_paths import engine_and_local, first_refused
 from test_pattern_guard import _llguidance, _normalized, check_walks_against_llguidance
 
@@ -18,7 +17,7 @@ from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import FORMAT_BOUND, strip_bounds
 from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
 from tokenmold.grammar.pattern_guard import automaton
-from tokenmold.service.testing import is_allowed
+from tokenmold.service.testing import mask_accepts
 
 SAMPLES = {
     "hostname": [
@@ -79,17 +78,6 @@ SAMPLES = {
 CASES = [(name, text) for name, texts in SAMPLES.items() for text in texts]
 
 
-def _walked(vocab, compiled: CompiledGrammar, text: str) -> bool:
-    """Whether the masks let ``text``'s tokens through, one by one, and then a stop token."""
-    matcher, row = compiled.matcher(), torch.zeros((1, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
-    for token in vocab.encode(text):
-        matcher.fill_next_token_bitmask(row)
-        if not is_allowed(row, token) or not matcher.accept_token(token):
-            return False
-    matcher.fill_next_token_bitmask(row)
-    return any(is_allowed(row, stop) for stop in vocab.stop_token_ids)
-
-
 @pytest.fixture(scope="module")
 def grammars(vocab) -> dict[str, tuple[CompiledGrammar, CompiledGrammar]]:
     """Per format, the guarded grammar of ``{"v": <format>}`` and llguidance's with the format in it."""
@@ -108,9 +96,9 @@ def test_the_mask_admits_what_llguidance_admitted_and_the_expression_matches(voc
     format in its grammar lets it through, and so does the guarded mask."""
     guarded, reference = grammars[name]
     document = json.dumps({"v": text}, separators=(",", ":"))
-    expected = _walked(vocab, reference, document)
+    expected = mask_accepts(vocab, reference, document)
     assert (regex.fullmatch(FORMAT_PATTERNS[name][1:-1], text) is not None) == expected
-    assert _walked(vocab, guarded, document) == expected
+    assert mask_accepts(vocab, guarded, document) == expected
 
 
 def test_formats_leave_the_grammar_where_the_guard_holds_them() -> None:
