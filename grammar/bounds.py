@@ -155,8 +155,9 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     for keyword in _VALUE_LISTS:
         branches = node.get(keyword)
         if isinstance(branches, list):
-            crowded = keyword != "prefixItems" and _crowded(branches)
-            if keyword != "prefixItems" and _crowded(branches, ("object",)):
+            union = keyword != "prefixItems"
+            crowded = union and _crowded(branches)
+            if union and _crowded(branches, ("object",)):
                 # which branch a key belongs to is the grammar's call: the keys' patterns stay there
                 held = (i for i, b in enumerate(branches) if isinstance(b, dict) and key_anchor(b) is not None)
                 kept.update(f"{at}/{keyword}/{i}" for i in held)

@@ -316,9 +316,8 @@ Anchor = Callable[[dict[str, Any]], str | None]
 _Memo = dict[tuple[Any, ...], list[str] | None]
 
 
-def _all_held(
-    memo: dict[tuple[Any, ...], list[str] | None], cands: tuple[Any, ...], anchor: Anchor
-) -> list[str] | None:
+def _all_held(memo: _Memo, cands: tuple[Any, ...], anchor: Anchor) -> list[str] | None:
+    """The patterns of ``cands`` (``None``: one has none the guard holds), memoized per tuple."""
     found = memo.get(cands, _UNSEEN)
     if found is _UNSEEN:
         held = [p for p in (anchor(cand.schema) for cand in cands) if p is not None]

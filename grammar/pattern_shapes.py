@@ -43,14 +43,18 @@ def guarded(pattern: object) -> bool:
 
 
 @lru_cache(maxsize=4096)
-def _held(pattern: str) -> str | None:
-    """``X`` of a ``^X$`` this guard holds (``guarded``), else ``None``."""
-    if pattern in _FORMATS:
+def _held(pattern: str, key: bool = False) -> str | None:
+    """``X`` of a ``^X$`` this guard holds, else ``None``: as a string's pattern (``guarded``: a
+    format's, or a line with a counted run) or, with ``key``, as a key pattern (``key_pattern``: a
+    line, counted or not, or a search for one counted character)."""
+    if not key and pattern in _FORMATS:
         return pattern[1:-1]
     if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
         return None
     core = pattern[1:-1]
-    positions = _positions(core)
+    positions = _positions(core, counted_only=not key)
+    if positions is None and key:
+        positions = _searched_run(core)
     return core if positions is not None and positions <= MOST_STATES and _parses(core) else None
 
 
@@ -163,7 +167,7 @@ def _escape_end(core: str, at: int) -> int | None:
 
 def held_core(pattern: str) -> str | None:
     """``X`` of a ``^X$`` the guard holds, as a string's pattern, a format's or a key pattern."""
-    return _held(pattern) or _key_held(pattern)
+    return _held(pattern) or _held(pattern, key=True)
 
 
 def key_pattern(pattern: object) -> str | None:
@@ -173,19 +177,7 @@ def key_pattern(pattern: object) -> str | None:
     letter, and building its rows took 1.2 s for two names (``.*[0-9a-f]{32}.*``: 110 ms alone)."""
     if not isinstance(pattern, str):
         return None
-    return pattern if _key_held(pattern) is not None else None
-
-
-@lru_cache(maxsize=4096)
-def _key_held(pattern: str) -> str | None:
-    """``X`` of a ``^X$`` the guard holds as a key pattern (``key_pattern``), else ``None``."""
-    if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
-        return None
-    core = pattern[1:-1]
-    positions = _positions(core, counted_only=False)
-    if positions is None:
-        positions = _searched_run(core)
-    return core if positions is not None and positions <= MOST_STATES and _parses(core) else None
+    return pattern if _held(pattern, key=True) is not None else None
 
 
 def _searched_run(core: str) -> int | None:

@@ -25,6 +25,10 @@ class Rows:
     address: int
     row_bytes: int
 
+    def row_address(self, idx: int) -> int:
+        """Where row ``idx`` starts."""
+        return self.address + idx * self.row_bytes
+
 
 class RowViews:
     """The numpy view of the bitmask tensor last filled, kept for it.
@@ -61,7 +65,7 @@ class RowViews:
         rows = self.of(bitmask)
         if rows is None or not 0 <= idx < rows.words.shape[0]:
             return None
-        return rows.address + idx * rows.row_bytes, rows.row_bytes
+        return rows.row_address(idx), rows.row_bytes
 
 
 #: Per process: every grammar of the engine core fills the same tensor, every in-process matcher

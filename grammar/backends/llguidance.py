@@ -123,7 +123,7 @@ class LLGuidanceMatcher(TokenTextMatcher):
             rows = self._rows = ROWS.of(bitmask)
             if rows is None:
                 raise ValueError("the bitmask must be a contiguous 2-D int32 tensor in CPU memory")
-        row, address, size = rows.words[index], rows.address + index * rows.row_bytes, rows.row_bytes
+        row, address, size = rows.words[index], rows.row_address(index), rows.row_bytes
         if self._first is not None:
             self._first.fill(row, lambda: self._matcher.unsafe_compute_mask_ptr(address, size))
         else:
