@@ -34,13 +34,12 @@ from collections.abc import Callable, Iterable
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-import interegular
 import numpy as np
-from interegular.fsm import anything_else
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.fit.tracker import Obj, Str, Text, Tracker
-from tokenmold.grammar.pattern_shapes import held_core
+from tokenmold.grammar.pattern_automaton import CharAutomaton, minimized
+from tokenmold.grammar.pattern_shapes import MOST_STATES, char_automaton, held_core
 from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
 
@@ -49,8 +48,7 @@ KEPT_BYTES = 64 << 20
 
 
 class Automaton(NamedTuple):
-    """A pattern's DFA over character classes: state ``dead`` (the last) absorbs, and the last
-    class column (``pad``) leaves every state where it is (it pads token texts to one length)."""
+    """A pattern's DFA over character classes: state ``dead`` (the last) absorbs."""
 
     moves: np.ndarray
     finals: np.ndarray
@@ -72,10 +70,6 @@ class Automaton(NamedTuple):
     def dead(self) -> int:
         return len(self.moves) - 1
 
-    @property
-    def pad(self) -> int:
-        return int(self.moves.shape[1]) - 1
-
     def class_of(self, char: str) -> int:
         code = ord(char)
         return self.ascii[code] if code < 128 else self.other.get(char, self.rest)
@@ -94,43 +88,32 @@ def automaton(pattern: str) -> Automaton | None:
     """The DFA of a normalized ``^X$`` matched whole (``None``: not one this guard holds,
     ``tokenmold.grammar.pattern_shapes``)."""
     core = held_core(pattern)
-    return None if core is None else _from_fsm(interegular.parse_pattern(core).to_fsm())
+    machine = None if core is None else char_automaton(core)
+    if machine is None:
+        return None
+    return _from_chars(minimized(machine) if machine.size > MOST_STATES else machine)
 
 
-def _from_fsm(fsm: interegular.FSM) -> Automaton:
-    states = sorted(fsm.states)
-    number = {state: i for i, state in enumerate(states)}
-    mapping = fsm.alphabet._symbol_mapping
-    classes = sorted(set(mapping.values()))
-    column = {label: i for i, label in enumerate(classes)}
-    dead, nowhere, pad = len(states), len(classes), len(classes) + 1
-    moves: np.ndarray = np.full((dead + 1, pad + 1), dead, dtype=np.int32)
-    for state, edges in fsm.map.items():
-        for label, target in edges.items():
-            moves[number[state], column[label]] = number[target]
-    moves[:, pad] = np.arange(dead + 1)
+def _from_chars(machine: CharAutomaton) -> Automaton:
+    """``machine`` as arrays: a dead state appended, where no move goes."""
+    dead = machine.size
+    moves: np.ndarray = np.full((dead + 1, len(machine.moves[0])), dead, dtype=np.int32)
+    for state, row in enumerate(machine.moves):
+        moves[state] = [dead if target is None else target for target in row]
     finals: np.ndarray = np.zeros(dead + 1, dtype=bool)
-    finals[[number[s] for s in fsm.finals]] = True
-    rest = column[mapping[anything_else]] if anything_else in mapping else nowhere
-    ascii_classes: np.ndarray = np.full(128, rest, dtype=np.int32)
-    other: dict[str, int] = {}
-    for char, label in mapping.items():
-        if isinstance(char, str) and len(char) == 1:
-            if ord(char) < 128:
-                ascii_classes[ord(char)] = column[label]
-            else:
-                other[char] = column[label]
-    initial = number[fsm.initial]
-    live = moves[:, :pad] != dead
-    wide = sorted({rest, *other.values()})
-    escaped = sorted({int(ascii_classes[c]) for c in (*range(0x20), 0x22, 0x5C)})
+    finals[list(machine.finals)] = True
+    ascii_classes = [machine.classes.get(chr(code), machine.rest) for code in range(128)]
+    other = {char: cls for char, cls in machine.classes.items() if ord(char) >= 128}
+    live = moves != dead
+    wide = sorted({machine.rest, *other.values()})
+    escaped = sorted({ascii_classes[c] for c in (*range(0x20), 0x22, 0x5C)})
     return Automaton(
         moves,
         finals,
-        ascii_classes.tolist(),
+        ascii_classes,
         other,
-        rest,
-        initial,
+        machine.rest,
+        0,
         moves.tolist(),
         live[:, escaped].any(axis=1),
         live[:, wide].any(axis=1),
@@ -139,10 +122,13 @@ def _from_fsm(fsm: interegular.FSM) -> Automaton:
 
 # --- per vocabulary --------------------------------------------------------------------------------
 
-#: How a token's text is judged: it stays in the string, it closes it, or it ends in an open
-#: escape or UTF-8 sequence (judged up to there, and on whether the state can take a character
-#: JSON writes escaped, or one beyond ASCII; llguidance too refuses ``\u0030`` for ``0``).
+#: How a token's text is judged: it stays in the string (the state it reaches is alive), it
+#: closes it (final), or it ends in an open escape or UTF-8 sequence (judged up to there, and on
+#: whether the state can take a character JSON writes escaped, or one beyond ASCII; llguidance too
+#: refuses ``\u0030`` for ``0``). In this order in ``PatternTokens._build``'s table.
 _EXTEND, _CLOSE, _OPEN_ESCAPE, _OPEN_CHAR = 0, 1, 2, 3
+#: What may follow a backslash in a JSON string.
+_ESCAPED = frozenset(bytes([c]) for c in b'"\\/bfnrtu')
 
 
 class PatternTokens:
@@ -154,10 +140,14 @@ class PatternTokens:
         self.size = size
         inside: list[tuple[int, str, int]] = []
         opening: list[tuple[int, bytes, str, int]] = []
+        escaping: list[tuple[int, str, int]] = []
         for token, data in tokens:
             read = _read(data)
             if read is not None:
                 inside.append((token, *read))
+            read = _read(b"\\" + data) if data[:1] in _ESCAPED else None
+            if read is not None:
+                escaping.append((token, *read))
             for at in (i for i, byte in enumerate(data) if byte == 0x22):
                 after = data[at + 1 :]
                 read = _read(after) if after else None
@@ -179,7 +169,9 @@ class PatternTokens:
         self.open_row = pack_ids(self.open_ids, words)
         late = np.array([_separated(head) for _, head, _, _ in opening], dtype=bool)
         self.late_row = pack_ids(self.open_ids[late], words) if late.any() else None
-        texts = [text for _, text, _ in inside] + [text for _, _, text, _ in opening]
+        #: Tokens that go on from an open backslash: what the escape and the rest write.
+        self.escape_ids = np.array([t for t, _, _ in escaping], dtype=np.int64)
+        texts = [text for _, text, _ in inside] + [text for _, _, text, _ in opening] + [t for _, t, _ in escaping]
         #: The distinct characters written, by index (0 is padding), and each text as indices
         #: into them, padded to the longest (one array, filled at once).
         index: dict[str, int] = {}
@@ -191,11 +183,14 @@ class PatternTokens:
         codes: np.ndarray = np.zeros((len(texts), max(int(lengths.max(initial=0)), 1)), dtype=wide)
         codes[np.repeat(np.arange(len(texts)), lengths), np.arange(len(flat)) - np.repeat(starts, lengths)] = flat
         self._codes = codes
-        self._modes = np.array([mode for _, _, mode in inside] + [mode for _, _, _, mode in opening], dtype=np.int8)
+        self._lengths = lengths
+        modes = [mode for _, _, mode in inside] + [mode for _, _, _, mode in opening] + [m for _, _, m in escaping]
+        self._modes = np.array(modes, dtype=np.int8)
         self._rows: dict[str, PatternRows] = {}
         #: The tokens no automaton judges (special ones, those that begin inside an escape or a
         #: UTF-8 sequence), packed: every row keeps them.
         self._unjudged = ~pack_ids(self.ids, words)
+        self._unescaped = ~pack_ids(self.escape_ids, words)
         self._lock = threading.Lock()
 
     def rows(self, pattern: str) -> PatternRows | None:
@@ -209,45 +204,81 @@ class PatternTokens:
             found = self._build(machine)
             with self._lock:
                 self._rows[pattern] = found
-                while sum(r.rows.nbytes for r in self._rows.values()) > KEPT_BYTES and len(self._rows) > 1:
+                while sum(r.nbytes for r in self._rows.values()) > KEPT_BYTES and len(self._rows) > 1:
                     self._rows.pop(next(iter(self._rows)))
         return found
 
     def _build(self, machine: Automaton) -> PatternRows:
-        lookup = np.array([machine.pad] + [machine.class_of(c) for c in self.chars], dtype=np.int16)
-        # A class no state moves on (a character the pattern never takes) refuses a text from
-        # every state: texts that begin with one (most, for a pattern of a few classes) are not
-        # run at all, and in the others what follows one is padding, so that texts differing only
-        # there are run once.
-        killing: np.ndarray = np.zeros(machine.pad + 1, dtype=bool)
-        killing[: machine.pad] = (machine.moves[:-1, : machine.pad] == machine.dead).all(axis=0)
-        survivors = np.flatnonzero(~killing[lookup[self._codes[:, 0]]])
-        classes = lookup[self._codes[survivors]]
-        killed = killing[classes]
-        if killed.any():
-            first = np.where(killed.any(axis=1), killed.argmax(axis=1), classes.shape[1])
-            classes[np.arange(classes.shape[1]) > first[:, None]] = machine.pad
-        width = int((classes != machine.pad).any(axis=0).nonzero()[0].max(initial=0)) + 1
-        # Texts with the same classes and the same judgement go the same way: each is run once.
-        keyed = np.ascontiguousarray(np.column_stack([self._modes[survivors].astype(np.int16), classes[:, :width]]))
-        distinct, which = np.unique(keyed.view(np.dtype((np.void, keyed.shape[1] * 2))), return_inverse=True)
-        spelled = distinct.view(np.int16).reshape(len(distinct), -1)
-        states = np.repeat(np.arange(machine.dead + 1, dtype=np.int32)[:, None], len(spelled), axis=1)
-        for column in spelled[:, 1:].T:
-            states = machine.moves[states, column]
-        mode = spelled[:, 0]
-        ok = np.select(
-            [mode == _CLOSE, mode == _OPEN_ESCAPE, mode == _OPEN_CHAR],
-            [machine.finals[states], machine.escapable[states], machine.beyond_ascii[states]],
-            states != machine.dead,
-        )[:, which.reshape(-1)]
-        inside = survivors < len(self.ids)
-        flags: np.ndarray = np.zeros((machine.dead, self._unjudged.size * 32), dtype=bool)
-        flags[:, self.ids[survivors[inside]]] = ok[: machine.dead, inside]
-        rows = np.packbits(flags, axis=1, bitorder="little").view(np.int32) | self._unjudged
+        lookup = np.array([0] + [machine.class_of(c) for c in self.chars], dtype=np.int64)
+        runs = _run_texts(machine, lookup, self._codes, self._lengths)
+        texts = runs.texts
+        # Each text is judged by how it ends, from every state (once per way of ending and mode);
+        # the texts not run die everywhere.
+        alive = np.arange(machine.dead + 1) != machine.dead
+        judged = np.stack([alive, machine.finals, machine.escapable, machine.beyond_ascii])  # by _EXTEND...
+        combos, each = np.unique(runs.which * 4 + self._modes[texts], return_inverse=True)
+        ok = judged[(combos % 4)[None, :], runs.ends[:, combos // 4]][:, each.reshape(-1)]
+        inside, opening = len(self.ids), len(self.ids) + len(self.open_ids)
+        rows = self._packed(machine, self.ids, texts, ok, 0, inside) | self._unjudged
+        escapes = self._packed(machine, self.escape_ids, texts, ok, opening, len(self._codes)) | self._unescaped
         opens: np.ndarray = np.zeros(len(self.open_ids), dtype=bool)
-        opens[survivors[~inside] - len(self.ids)] = ok[machine.initial, ~inside]
-        return PatternRows(machine, rows, opens)
+        chosen = (texts >= inside) & (texts < opening)
+        opens[texts[chosen] - inside] = ok[machine.initial, chosen]
+        return PatternRows(machine, rows, opens, escapes)
+
+    def _packed(
+        self, machine: Automaton, ids: np.ndarray, texts: np.ndarray, ok: np.ndarray, start: int, end: int
+    ) -> np.ndarray:
+        """Per live state, the packed row of the tokens ``ids`` (texts ``start`` to ``end``) that
+        ``ok`` allows from it."""
+        chosen = (texts >= start) & (texts < end)
+        flags: np.ndarray = np.zeros((machine.dead, self._unjudged.size * 32), dtype=bool)
+        flags[:, ids[texts[chosen] - start]] = ok[: machine.dead, chosen]
+        packed: np.ndarray = np.packbits(flags, axis=1, bitorder="little").view(np.int32)
+        return packed
+
+
+def _run_texts(machine: Automaton, lookup: np.ndarray, codes: np.ndarray, lengths: np.ndarray) -> Runs:
+    """Where the texts (rows of ``codes``: characters, by ``lookup``'s class, padded; ``lengths``)
+    lead from every state. One column at a time, over the distinct prefixes of the texts still
+    running: a vocabulary's texts share most of their first characters' classes, and a prefix no
+    state survives stops its texts there (for most patterns, most texts at their first character)."""
+    dead, count = machine.dead, machine.moves.shape[1]
+    texts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    which: list[np.ndarray] = []
+    known = 0
+    prefix: np.ndarray = np.zeros(len(codes), dtype=np.int64)
+    reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]  # per distinct prefix, from each state
+    # A class no state moves on (a character the pattern never takes) ends a text everywhere:
+    # the texts that begin with one are not run at all.
+    killing = (machine.moves == dead).all(axis=0)
+    running = np.flatnonzero((lengths == 0) | ~killing[lookup[codes[:, 0]]])
+    column = 0
+    while running.size:
+        lost = (reached == dead).all(axis=0)[prefix[running]]
+        ending = running[(lengths[running] == column) & ~lost]
+        ended, inverse = np.unique(prefix[ending], return_inverse=True)
+        texts.append(ending)
+        ends.append(reached[:, ended])
+        which.append(known + inverse.reshape(-1))
+        known += len(ended)
+        running = running[(lengths[running] != column) & ~lost]
+        if running.size:
+            extended, inverse = np.unique(prefix[running] * count + lookup[codes[running, column]], return_inverse=True)
+            prefix[running] = inverse.reshape(-1)
+            reached = machine.moves[reached[:, extended // count], extended % count]
+            column += 1
+    return Runs(np.concatenate(texts), np.concatenate(which), np.concatenate(ends, axis=1))
+
+
+class Runs(NamedTuple):
+    """Where ``texts`` lead: text ``texts[i]`` ends, from state ``s``, in ``ends[s, which[i]]``
+    (texts that end alike share a column)."""
+
+    texts: np.ndarray
+    which: np.ndarray
+    ends: np.ndarray
 
 
 def _separated(head: bytes) -> bool:
@@ -258,11 +289,18 @@ def _separated(head: bytes) -> bool:
 
 class PatternRows(NamedTuple):
     """One pattern in one vocabulary: per live state, the packed row of the tokens that may follow
-    inside the string; per opening entry (``PatternTokens.open_ids``), whether it may begin it."""
+    inside the string, and of those that may follow a backslash there (what the escape writes
+    must go on from the state too); per opening entry (``PatternTokens.open_ids``), whether it
+    may begin it."""
 
     machine: Automaton
     rows: np.ndarray
     opens: np.ndarray
+    escapes: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.rows.nbytes + self.escapes.nbytes)
 
 
 def _read(data: bytes) -> tuple[str, int] | None:
@@ -355,15 +393,24 @@ class PatternGuard:
 
     def _inside(self, words: np.ndarray, pointer: str, text: Text, patterns: list[str] | None) -> None:
         """Inside a string or a key (``pointer``; keys end in ``{}``) whose patterns the guard
-        holds, keep the tokens that go on from the states its content reached."""
-        if patterns is None or text.open:
+        holds, keep the tokens that go on from the states its content reached (after a backslash,
+        those whose escape goes on too; inside a ``\\u`` escape or a character split between
+        tokens, the grammar's row is left as it is)."""
+        raw, escaping = text.raw, False
+        if text.open:
+            raw, escaping = raw[:-1], raw.endswith(b"\\")
+        if patterns is None or (text.open and not escaping):
             return
         found = [self._tokens.rows(p) for p in patterns]
         machines = [f.machine for f in found if f is not None]
-        states = self._reached(pointer, text.raw, machines) if len(machines) == len(found) else None
+        states = self._reached(pointer, raw, machines) if len(machines) == len(found) else None
         if states is None:
             return
-        live = [f.rows[s] for f, s in zip(found, states, strict=True) if f is not None and s < f.machine.dead]
+        live = [
+            (f.escapes if escaping else f.rows)[s]
+            for f, s in zip(found, states, strict=True)
+            if f is not None and s < f.machine.dead
+        ]
         if live:
             row = live[0] if len(live) == 1 else np.bitwise_or.reduce(live)
             keep_unless_emptied(words, np.bitwise_and(words, row, out=self._kept))

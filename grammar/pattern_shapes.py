@@ -23,10 +23,17 @@ from functools import lru_cache
 import interegular
 
 from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
+from tokenmold.grammar.pattern_automaton import CharAutomaton, build
+from tokenmold.grammar.search_guard import searching
 
 #: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
 #: 6 KB on the embedded vocabulary).
 MOST_STATES = 300
+#: The states a pattern's automaton may have as first built, before equivalent ones are merged
+#: (the guard minimizes an automaton over ``MOST_STATES``, where its first use builds its rows).
+MOST_BUILT = 4 * MOST_STATES
+#: The formats' automata are larger (``hostname``: 125 states) and held all the same.
+FORMAT_STATES = 1000
 #: A counted repeat above this is left to llguidance: the automaton unrolls it.
 _LARGEST_COUNT = 256
 #: The formats' patterns, held whatever their shape (their automata are known to be small).
@@ -39,23 +46,26 @@ def guarded(pattern: object) -> bool:
     ``[a-z_-]{1,64}``; elsewhere llguidance's own masks are as fast, its lexer meeting the same
     states again and its slices covering them, and the guard's step would only add to them). Its
     automaton is built on first use (``automaton``); this check costs a scan of the pattern."""
-    return isinstance(pattern, str) and _held(pattern) is not None
+    return isinstance(pattern, str) and _held(pattern) is not None and not searching(pattern)
 
 
 @lru_cache(maxsize=4096)
 def _held(pattern: str, key: bool = False) -> str | None:
     """``X`` of a ``^X$`` this guard holds, else ``None``: as a string's pattern (``guarded``: a
-    format's, or a line with a counted run) or, with ``key``, as a key pattern (``key_pattern``: a
-    line, counted or not, or a search for one counted character)."""
-    if not key and pattern in _FORMATS:
-        return pattern[1:-1]
+    format's, a line with a counted run, or any other shape but a line whose automaton is small) or,
+    with ``key``, as a key pattern (``key_pattern``: a line, counted or not, a search for one
+    counted character, or any other shape whose automaton is small)."""
     if len(pattern) < 2 or pattern[0] != "^" or not pattern.endswith("$") or pattern.endswith("\\$"):
         return None
     core = pattern[1:-1]
-    positions = _positions(core, counted_only=not key)
-    if positions is None and key:
-        positions = _searched_run(core)
-    return core if positions is not None and positions <= MOST_STATES and _parses(core) else None
+    if not key and pattern in _FORMATS:
+        return core
+    line = _positions(core, counted_only=False)
+    if line is not None:  # its automaton has about a state a position: built on first use
+        held = line <= MOST_STATES and (key or _positions(core) is not None) and _parses(core)
+    else:  # built here, to learn whether it is small
+        held = _plain_syntax(core) and char_automaton(core) is not None
+    return core if held else None
 
 
 def _parses(core: str) -> bool:
@@ -63,6 +73,41 @@ def _parses(core: str) -> bool:
         interegular.parse_pattern(core)
     except Exception:  # interegular refuses what it does not know
         return False
+    return True
+
+
+@lru_cache(maxsize=1024)
+def char_automaton(core: str) -> CharAutomaton | None:
+    """The automaton of ``^core$`` (``tokenmold.grammar.pattern_automaton``, not minimized),
+    ``None`` past ``MOST_BUILT`` states or ``MOST_STATES`` positions (a format's: ``FORMAT_STATES``
+    of each) or where interegular cannot parse it."""
+    states, positions = (FORMAT_STATES, FORMAT_STATES) if f"^{core}$" in _FORMATS else (MOST_BUILT, MOST_STATES)
+    try:
+        return build(core, states, positions)
+    except Exception:  # TooLarge, or interegular refuses what it does not know
+        return None
+
+
+def _plain_syntax(core: str) -> bool:
+    """Whether ``core`` uses only what interegular and the validator read alike: known escapes,
+    plain groups, greedy quantifiers (interegular reads ``a{2}?`` as an optional ``a{2}``)."""
+    at = 0
+    while at < len(core):
+        char = core[at]
+        if char == "[":
+            end = _class_end(core, at)
+        elif char == "\\":
+            end = _escape_end(core, at)
+        elif core.startswith("(?", at):
+            end = at + 3 if core.startswith("(?:", at) else None
+        else:
+            quantifier = _QUANTIFIER.match(core, at)
+            end = at + 1 if quantifier is None else quantifier.end()
+            if quantifier is not None and core[end : end + 1] in ("?", "+"):
+                return False
+        if end is None:
+            return False
+        at = end
     return True
 
 
@@ -178,27 +223,3 @@ def key_pattern(pattern: object) -> str | None:
     if not isinstance(pattern, str):
         return None
     return pattern if _held(pattern, key=True) is not None else None
-
-
-def _searched_run(core: str) -> int | None:
-    """The positions of ``.*C{m,n}.*`` (``C`` one character, class or escape): ``n + 1`` states
-    (how long the current run of ``C`` is), else ``None``."""
-    if not core.startswith(".*") or not core.endswith(".*") or core.endswith("\\.*"):
-        return None
-    middle = core[2:-2]
-    if not middle:
-        return None
-    if middle[0] == "[":
-        end = _class_end(middle, 0)
-    elif middle[0] == "\\":
-        end = _escape_end(middle, 0)
-    else:
-        end = None if middle[0] in "()|*+?{}.^$" else 1
-    if end is None:
-        return None
-    quantifier = _QUANTIFIER.fullmatch(middle, end)
-    if quantifier is None or quantifier.group(1) is None:
-        return None
-    low, high = int(quantifier.group(1)), quantifier.group(3)
-    most = low if quantifier.group(2) is None or not high else int(high)
-    return most + 1 if most <= _LARGEST_COUNT else None

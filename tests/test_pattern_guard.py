@@ -33,20 +33,31 @@ IDS = {"type": "array", "items": {"type": "string", "pattern": ID}, "minItems": 
 LAYOUT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 
 
+SLUG = "^([a-z0-9])+((-)?([a-z0-9])+)*$"
+BASE64 = "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)$"
+
+
+#: A pattern whose branches are anchored differently, as the normalizer writes it (MaskBench's
+#: ``o21850``: ``^(a\..)|(a\.c.)|('.*')+$``).
+BRANCHES = "^(?:(ab\\..).*|.*(ab\\.c.).*|.*('.*')+)$"
+
+
 def _normalized(schema):
     return normalize_schema(schema).schema
 
 
-def test_only_anchored_patterns_with_a_counted_run_leave_the_grammar() -> None:
+def test_anchored_patterns_with_a_counted_run_or_a_small_automaton_leave_the_grammar() -> None:
     assert guarded(ID) and guarded("^[0-9A-Za-z]{8}-[0-9A-Za-z]{12}$") and guarded("^(?:ab){2}c[0-9]{0,3}$")
     assert guarded("^[0-9a-zA-Z_-]{1,255}$") and guarded("^\\d{3}\\.[^\\]x]{2}$")
     assert not guarded("^[a-z0-9]+$")  # no counted run: llguidance is as fast
     assert not guarded("^.*[0-9]{2}.*$")  # a search: the search guard's
     assert not guarded("^[a-z]{2}") and not guarded("^(?=ab)[a-z]{2}$") and not guarded("^\\p{L}{2}$")
     assert not guarded("^(\\d)\\1{2}$") and not guarded("^\\b[a-z]{2}$") and not guarded("^a{2}?$")
-    # Shapes whose automaton may grow exponentially, or only past a state a position: an
-    # alternation, a count that varies before the end, a count too large.
-    assert not guarded("^[ab]*a[ab]{20}$") and not guarded("^(?:ab|c){2,5}x$") and not guarded("^[0-9]+-[0-9]{2}$")
+    # Other shapes when their automaton is small (MaskBench's slug, base64 and a search in a branch).
+    assert guarded("^(?:ab|c){2,5}x$") and guarded("^[0-9]+-[0-9]{2}$") and guarded(SLUG) and guarded(BASE64)
+    assert guarded(BRANCHES)
+    # Automata that grow exponentially or pass the cap; a line past a state a position.
+    assert not guarded("^[ab]*a[ab]{20}$") and not guarded("^(?:[ab]*a[ab]{20}|x)$")
     assert not guarded("^a{1000}$") and not guarded("^[a-z]{200}[0-9]{200}$")
     stripped = strip_bounds(_normalized(ITEM))
     assert stripped.anchored == 1 and "pattern" not in stripped.schema["properties"]["id"]
@@ -54,7 +65,9 @@ def test_only_anchored_patterns_with_a_counted_run_leave_the_grammar() -> None:
     assert strip_bounds({"type": "string", "pattern": ID, "format": "uuid"}).anchored == 0
 
 
-@pytest.mark.parametrize("pattern", [ID, "^(?:ab){2}c[0-9]{0,3}$", "^[A-Z]{2}[^ab]{3}\\.[0-9]{1,2}$"])
+@pytest.mark.parametrize(
+    "pattern", [ID, "^(?:ab){2}c[0-9]{0,3}$", "^[A-Z]{2}[^ab]{3}\\.[0-9]{1,2}$", SLUG, BASE64, BRANCHES]
+)
 def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> None:
     """For contents reached by random walks of the pattern's characters, a token's bit is whether
     the validator's regular expression can still match the content with the token's text (a
@@ -69,7 +82,7 @@ def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> N
     rng = random.Random(pattern)
     judged = tokens.ids.tolist()
     sample = rng.sample(judged, 2500) + [t for t in judged if b'"' in spelling[t] or b"\\" in spelling[t]]
-    alphabet = "abcx0123456789ABCZ-. "
+    alphabet = "abcx0123456789ABCZ-. +/='"
     for _ in range(6):
         content = ""
         for _ in range(rng.randrange(5)):
@@ -95,6 +108,31 @@ def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> N
             assert (token in allowed) == expected, (content, spelling[token], mode)
 
 
+@pytest.mark.parametrize("pattern", ["^[A-Z]{2}[^ab]{3}\\.[0-9]{1,2}$", BRANCHES])
+def test_after_a_backslash_the_row_keeps_the_escapes_that_go_on(vocab, pattern) -> None:
+    """Where the pattern takes characters JSON escapes (a quote, a newline), a token that follows
+    an open backslash is judged by what the completed escape and the rest of it write."""
+    tokens = vocab.bound_table.patterns
+    rows, machine = tokens.rows(pattern), automaton(pattern)
+    assert rows is not None and machine is not None
+    compiled = regex.compile(pattern[1:-1])
+    spelling = vocab.bound_table.by_id
+    for content in ("", "AB", "AB'x", "ab.c"):
+        state = machine.run(machine.initial, content)
+        if state == machine.dead:
+            continue
+        allowed = set(allowed_tokens(rows.escapes[state], vocab.vocab_size).tolist())
+        for token in tokens.escape_ids.tolist():
+            text, mode = _read(b"\\" + spelling[token])
+            if mode == _CLOSE:
+                expected = compiled.fullmatch(content + text) is not None
+            elif mode == _EXTEND:
+                expected = compiled.fullmatch(content + text, partial=True) is not None
+            else:
+                continue  # left open again (a \\u escape): judged as the rows judge it
+            assert (token in allowed) == expected, (content, spelling[token])
+
+
 def _llguidance(vocab, schema):
     grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps({**schema, "x-guidance": LAYOUT}))
     return LLGuidanceBackend(vocab).compile_grammar(grammar)
@@ -105,6 +143,13 @@ def test_the_guarded_mask_is_llguidances_and_every_walk_ends_valid(vocab, schema
     """The guard allows what llguidance allows with the pattern in its grammar; walks that prefer
     the pattern's characters and quotes all end valid."""
     check_walks_against_llguidance(vocab, schema, b"0123456789abcdef-")
+
+
+@pytest.mark.parametrize("pattern", [SLUG, BASE64, BRANCHES], ids=["slug", "base64", "branches"])
+def test_patterns_that_are_not_lines_walk_as_in_llguidance(vocab, pattern) -> None:
+    """Held for their small automata (``tokenmold.grammar.pattern_automaton``): the same walks."""
+    schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": pattern}}, "required": ["v"]}
+    check_walks_against_llguidance(vocab, schema, b"ab-.c'0+/=", steps=150)
 
 
 def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60) -> None:

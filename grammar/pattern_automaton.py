@@ -1,0 +1,225 @@
+"""A pattern's character automaton, built by positions and determinized under a cap.
+
+The pattern guard keeps a row of tokens per automaton state, so it may only hold a pattern whose
+automaton is known to be small, and it must learn that without risking the exponential blowup some
+patterns have (``[ab]*a[ab]{20}``: a million states), which an eager construction such as
+interegular's meets before it can tell. Here the pattern (parsed by interegular) becomes a position
+automaton (Glushkov's: one position per character class occurrence, counted repeats unrolled,
+linear in the pattern), and the subset construction over it stops as soon as it passes
+``most_states``: the work is bounded by the cap whatever the pattern, a few milliseconds for the
+largest automata it admits, and the answer is the automaton itself, not an estimate. The subset
+construction is not minimal (a search for one of several texts builds their common prefixes more
+than once: 412 states for `o21850`'s pattern, 82 minimized); ``minimized`` merges equivalent
+states where that is worth its cost.
+
+Characters are grouped into classes by which positions take them; every character the pattern
+does not name falls in one class (``rest``), as in interegular's alphabets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import interegular
+import numpy as np
+from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenation, _Repeated
+
+#: Distinct characters a pattern may name (a wide range in a class names each of its characters).
+MOST_NAMED = 4096
+
+
+class TooLarge(Exception):
+    """The pattern's automaton passes a cap (or uses a construct built here in no bounded way)."""
+
+
+@dataclass(frozen=True)
+class CharAutomaton:
+    """A deterministic automaton over character classes: ``moves[state][cls]`` is the next state
+    or ``None`` (no match can go on). State 0 is the initial one."""
+
+    moves: list[list[int | None]]
+    finals: frozenset[int]
+    #: The class of each character the pattern names; any other is in class ``rest``.
+    classes: dict[str, int]
+    rest: int
+
+    @property
+    def size(self) -> int:
+        return len(self.moves)
+
+
+def build(core: str, most_states: int, most_positions: int) -> CharAutomaton:
+    """The automaton of ``core`` matched whole (no ``^``/``$``: interegular refuses them), with at
+    most ``most_positions`` positions and ``most_states`` states, not minimized (``minimized``);
+    raises ``TooLarge`` past a cap and interegular's own errors for what it cannot parse."""
+    parsed = interegular.parse_pattern(core)
+    positions = _Positions(most_positions)
+    glushkov = positions.of(parsed)
+    return _determinize(positions, glushkov, most_states)
+
+
+@dataclass
+class _Glushkov:
+    nullable: bool
+    first: int  # bitsets of positions
+    last: int
+
+
+@dataclass
+class _Positions:
+    """The positions made so far: each one's characters (``chars``, taken unless ``negated``) and
+    the positions that may follow it; at most ``most`` (each counted copy of a class is one)."""
+
+    most: int
+    chars: list[tuple[frozenset[str], bool]] = field(default_factory=list)
+    follow: list[int] = field(default_factory=list)
+    visits: int = 0
+
+    def of(self, node: Any) -> _Glushkov:
+        self.visits += 1
+        if self.visits > 8 * self.most:
+            raise TooLarge("the pattern repeats too much that writes nothing")
+        if isinstance(node, _CharGroup):
+            return self._position(node.chars, node.negated)
+        if isinstance(node, Pattern):
+            if node.added_flags or node.removed_flags:
+                raise TooLarge("inline flags")
+            parts = [self.of(option) for option in node.options]
+            return _Glushkov(
+                any(p.nullable for p in parts), _union(p.first for p in parts), _union(p.last for p in parts)
+            )
+        if isinstance(node, _Concatenation):
+            whole = _Glushkov(True, 0, 0)
+            for part in node.parts:
+                whole = self._then(whole, self.of(part))
+            return whole
+        if isinstance(node, _Repeated):
+            return self._repeated(node)
+        if node is _DOT:  # anything but a newline, as interegular and llguidance read it
+            return self._position(frozenset("\n"), True)
+        if node is _EMPTY:
+            return _Glushkov(True, 0, 0)
+        raise TooLarge(f"a construct the guard does not build ({type(node).__name__})")
+
+    def _position(self, chars: frozenset[str], negated: bool) -> _Glushkov:
+        if len(self.chars) >= self.most:
+            raise TooLarge("the pattern unrolls to too many positions")
+        self.chars.append((chars, negated))
+        self.follow.append(0)
+        bit = 1 << (len(self.chars) - 1)
+        return _Glushkov(False, bit, bit)
+
+    def _then(self, head: _Glushkov, tail: _Glushkov) -> _Glushkov:
+        for at in _bits(head.last):
+            self.follow[at] |= tail.first
+        return _Glushkov(
+            head.nullable and tail.nullable,
+            head.first | (tail.first if head.nullable else 0),
+            tail.last | (head.last if tail.nullable else 0),
+        )
+
+    def _repeated(self, node: _Repeated) -> _Glushkov:
+        """``base{min,max}`` unrolled: ``min`` copies, then ``max - min`` optional ones or a star."""
+        whole = _Glushkov(True, 0, 0)
+        for _ in range(node.min):
+            whole = self._then(whole, self.of(node.base))
+        if node.max is None:
+            star = self.of(node.base)
+            for at in _bits(star.last):
+                self.follow[at] |= star.first
+            return self._then(whole, _Glushkov(True, star.first, star.last))
+        for _ in range(node.max - node.min):
+            copy = self.of(node.base)
+            whole = self._then(whole, _Glushkov(True, copy.first, copy.last))
+        return whole
+
+
+def _union(bitsets: Any) -> int:
+    found = 0
+    for bits in bitsets:
+        found |= bits
+    return found
+
+
+def _bits(bitset: int) -> list[int]:
+    """The positions in ``bitset``, lowest first."""
+    found = []
+    while bitset:
+        low = bitset & -bitset
+        found.append(low.bit_length() - 1)
+        bitset ^= low
+    return found
+
+
+def _determinize(positions: _Positions, glushkov: _Glushkov, most_states: int) -> CharAutomaton:
+    """The subset construction over the positions, one class of characters at a time; a state is
+    the set of positions the last character may have matched (state 0: none yet)."""
+    named = sorted({char for chars, _ in positions.chars for char in chars})
+    if len(named) > MOST_NAMED:
+        raise TooLarge("the pattern names too many characters")
+    # A character's class is the set of positions that take it; the unnamed ones share one.
+    takers: dict[int, int] = {}
+    classes: dict[str, int] = {}
+    masks: list[int] = []
+
+    def class_of(taken: int) -> int:
+        if taken not in takers:
+            takers[taken] = len(masks)
+            masks.append(taken)
+        return takers[taken]
+
+    rest = class_of(_union(1 << at for at, (_, negated) in enumerate(positions.chars) if negated))
+    for char in named:
+        classes[char] = class_of(
+            _union(1 << at for at, (chars, negated) in enumerate(positions.chars) if (char in chars) != negated)
+        )
+    number: dict[int, int] = {0: 0}
+    sets = [0]
+    moves: list[list[int | None]] = []
+    finals: set[int] = set()
+    while len(moves) < len(sets):
+        current = sets[len(moves)]
+        if (current & glushkov.last) or (current == 0 and glushkov.nullable):
+            finals.add(len(moves))
+        after = glushkov.first if current == 0 else _union(positions.follow[at] for at in _bits(current))
+        row: list[int | None] = []
+        for mask in masks:
+            target = after & mask
+            if not target:
+                row.append(None)
+                continue
+            if target not in number:
+                if len(sets) >= most_states:
+                    raise TooLarge(f"the automaton passes {most_states} states")
+                number[target] = len(sets)
+                sets.append(target)
+            row.append(number[target])
+        moves.append(row)
+    return CharAutomaton(moves, frozenset(finals), classes, rest)
+
+
+def minimized(machine: CharAutomaton) -> CharAutomaton:
+    """The same language with equivalent states merged (Moore's partition refinement: states split
+    by finality, then by the blocks their moves reach, until nothing splits)."""
+    moves = np.array([[-1 if move is None else move for move in row] for row in machine.moves], dtype=np.int64)
+    block = np.array([state in machine.finals for state in range(machine.size)], dtype=np.int64)
+    count = len(np.unique(block))
+    while True:
+        signature = np.ascontiguousarray(np.column_stack([block, np.append(block, -1)[moves]]))  # no move: -1
+        _, refined = np.unique(signature.view(np.dtype((np.void, signature.shape[1] * 8))), return_inverse=True)
+        refined = refined.reshape(-1)
+        if int(refined.max()) + 1 == count:
+            break
+        block, count = refined, int(refined.max()) + 1
+    # One state per block, numbered by where the block first appears: state 0's block stays first.
+    first_of: dict[int, int] = {}
+    for state, found in enumerate(refined.tolist()):
+        first_of.setdefault(found, state)
+    new = {found: i for i, found in enumerate(first_of)}
+    kept = [
+        [None if move is None else new[int(refined[move])] for move in machine.moves[state]]
+        for state in first_of.values()
+    ]
+    finals = frozenset(new[int(refined[state])] for state in machine.finals)
+    return CharAutomaton(kept, finals, machine.classes, machine.rest)

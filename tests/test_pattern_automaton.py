@@ -1,0 +1,79 @@
+"""Patterns as automata built by positions under a cap (``tokenmold.grammar.pattern_automaton``):
+the automaton takes exactly what the validator's regular expression matches whole, minimized or
+not, and a pattern whose automaton would blow up is refused at the cap, quickly."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+import regex
+
+from tokenmold.grammar.pattern_automaton import CharAutomaton, TooLarge, build, minimized
+from tokenmold.grammar.pattern_shapes import guarded
+
+PATTERNS = [
+    "([a-z0-9])+((-)?([a-z0-9])+)*",
+    "(?:([a-z0-9])+((-)?([a-z0-9])+)*|(not-)?regex:(.*))",
+    "([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{3}=|[A-Za-z0-9+/]{2}==)",
+    "(ab\\..).*|.*(ab\\.c.).*|.*('.*')+",
+    "[\\w\\.:-]+",
+    "[0-9a-f]{2}-[0-9a-f]{1,3}",
+    "a{2,5}b?",
+    "(ab|a)*c",
+    "(a|b{2})*",
+    "[^\\s]{3,}",
+    "x?",
+    "",
+]
+ALPHABET = "ab-c=+/0x.'\n Z_:é"
+
+
+def _accepts(machine: CharAutomaton, text: str) -> bool:
+    state: int | None = 0
+    for char in text:
+        state = machine.moves[state][machine.classes.get(char, machine.rest)]
+        if state is None:
+            return False
+    return state in machine.finals
+
+
+@pytest.mark.parametrize("core", PATTERNS)
+def test_the_automaton_matches_what_the_validator_matches(core) -> None:
+    built = build(core, 1200, 300)
+    smaller = minimized(built)
+    assert smaller.size <= built.size
+    compiled = regex.compile(core, regex.ASCII)  # the automaton reads \w and \s as ASCII (documented)
+    rng = random.Random(core)
+    for _ in range(3000):
+        text = "".join(rng.choice(ALPHABET) for _ in range(rng.randrange(10)))
+        if rng.random() < 0.3:  # walk into the pattern's own texts more often
+            text = "ab.c" + text
+        expected = compiled.fullmatch(text) is not None
+        assert _accepts(built, text) == expected == _accepts(smaller, text), text
+
+
+def test_minimizing_merges_what_a_search_for_several_texts_builds_twice() -> None:
+    built = build("(integration\\.response\\.header\\..).*|.*(integration\\.response\\.body\\..).*", 1200, 300)
+    assert minimized(built).size < built.size / 2
+
+
+@pytest.mark.parametrize("core", ["[ab]*a[ab]{20}", "(?:[ab]*a[ab]{40}|x)", "(a|b)*a(a|b){30}"])
+def test_an_exponential_automaton_is_refused_at_the_cap_quickly(core) -> None:
+    started = time.perf_counter()
+    with pytest.raises(TooLarge):
+        build(core, 1200, 300)
+    assert time.perf_counter() - started < 5  # bounded by the cap, not by 2**20 states (a hang)
+
+
+def test_caps_on_positions_and_constructs_it_does_not_build() -> None:
+    with pytest.raises(TooLarge):
+        build("a{1000}", 1200, 300)
+    with pytest.raises(TooLarge):
+        build("(?=ab)[a-z]{2}", 1200, 300)  # a lookahead
+    with pytest.raises(TooLarge):
+        build("(?i:ab)", 1200, 300)  # inline flags
+    # as string patterns: a lazy quantifier reads differently in interegular, a backreference
+    # and a boundary are not read at all
+    assert not guarded("^(?:ab|c){2}?x$") and not guarded("^(?:a|b)\\1$") and not guarded("^(?:a|b)\\b$")
