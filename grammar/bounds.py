@@ -44,6 +44,8 @@ from tokenmold.grammar.vocabulary import llguidance_tokens
 #: Keywords that make a string something other than "any text of bounded length": llguidance keeps
 #: the bound of such a string (it has to build that lexeme anyway).
 _SHAPED = ("pattern", "format", "enum", "const", "contentEncoding")
+#: The keywords one of which a node needs for the guard to hold a bound of it.
+_BOUNDS = frozenset(("maxLength", "maxItems", "pattern", "format", "patternProperties"))
 #: Where the tracker reads a value's schema: a bound stripped anywhere else would go unenforced.
 _VALUE_MAPS = ("properties", "$defs", "definitions")
 _VALUE_LISTS = ("prefixItems", "anyOf", "oneOf")
@@ -97,8 +99,9 @@ def _protect(schema: Any, kept: set[str]) -> bool:
             continue
         if not isinstance(node, dict):
             continue
-        bounded = bounded or _plain_bounded(node) or _counted(node) or _searched(node) or _anchored(node)
-        bounded = bounded or key_anchor(node) is not None
+        if not bounded and not node.keys().isdisjoint(_BOUNDS):
+            bounded = _plain_bounded(node) or _counted(node) or _searched(node) or _anchored(node)
+            bounded = bounded or key_anchor(node) is not None
         for keyword in ("anyOf", "oneOf"):
             branches = node.get(keyword)
             if isinstance(branches, list) and (_crowded(branches) or _crowded(branches, ("object",))):
@@ -128,24 +131,8 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
     if not isinstance(node, dict):
         return node
     out = dict(node)
-    if at not in kept and _plain_bounded(node):
-        del out["maxLength"]
-        count[0] += 1
-    if at not in kept and _counted(node):
-        del out["maxItems"]
-        count[1] += 1
-    if at not in kept and _searched(node):
-        del out["pattern"]
-        count[2] += 1
-    elif at not in kept and _anchored(node):
-        del out["pattern" if "pattern" in node else "format"]
-        count[3] += 1
-    if at not in kept and key_anchor(node) is not None:
-        # the keys' pattern goes to the guard; the grammar takes any other key, with its schema
-        ((name, value),) = node["patternProperties"].items()
-        del out["patternProperties"]
-        out["additionalProperties"] = _strip(value, kept, f"{at}/patternProperties/{_escape(name)}", count)
-        count[3] += 1
+    if at not in kept and not node.keys().isdisjoint(_BOUNDS):
+        _strip_own(node, out, kept, at, count)
     for keyword in _VALUE_MAPS:
         members = node.get(keyword)
         if isinstance(members, dict):
@@ -172,6 +159,28 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
         ):
             out[keyword] = _strip(node[keyword], kept, f"{at}/{keyword}", count)
     return out
+
+
+def _strip_own(node: dict[str, Any], out: dict[str, Any], kept: set[str], at: str, count: list[int]) -> None:
+    """Take out of ``out`` (a copy of ``node``) the bounds of ``node`` itself the guard holds."""
+    if _plain_bounded(node):
+        del out["maxLength"]
+        count[0] += 1
+    if _counted(node):
+        del out["maxItems"]
+        count[1] += 1
+    if _searched(node):
+        del out["pattern"]
+        count[2] += 1
+    elif _anchored(node):
+        del out["pattern" if "pattern" in node else "format"]
+        count[3] += 1
+    if key_anchor(node) is not None:
+        # the keys' pattern goes to the guard; the grammar takes any other key, with its schema
+        ((name, value),) = node["patternProperties"].items()
+        del out["patternProperties"]
+        out["additionalProperties"] = _strip(value, kept, f"{at}/patternProperties/{_escape(name)}", count)
+        count[3] += 1
 
 
 def _is(kind: str, schema: dict[str, Any]) -> bool:

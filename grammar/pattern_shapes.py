@@ -62,7 +62,8 @@ def _held(pattern: str, key: bool = False) -> str | None:
         return core
     line = _positions(core, counted_only=False)
     if line is not None:  # its automaton has about a state a position: built on first use
-        held = line <= MOST_STATES and (key or _positions(core) is not None) and _parses(core)
+        worth = key or _positions(core) is not None or _WIDE_CLASS.search(core) is not None
+        held = line <= MOST_STATES and worth and _parses(core)
     else:  # built here, to learn whether it is small
         held = _plain_syntax(core) and char_automaton(core) is not None
     return core if held else None
@@ -111,6 +112,10 @@ def _plain_syntax(core: str) -> bool:
     return True
 
 
+#: ``\w``, ``\s``, ``\d`` and their negations, which llguidance reads as Unicode classes: its
+#: lexer then walks a large byte automaton at every new state (270-540 µs a mask in MaskBench's
+#: ``o82674``, ``^[\w\s-]+$``), where the guard reads them as ASCII (``pattern_guard``).
+_WIDE_CLASS = re.compile(r"(?<!\\)(?:\\\\)*\\[wWsSdD]")
 #: A quantifier: ``{n}``, ``{m,n}``, ``{m,}``, ``*``, ``+`` or ``?``.
 _QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}|[*+?]")
 #: Escapes of a character or a class that interegular and the validator read alike in ASCII.
