@@ -5,7 +5,7 @@ llguidance walks its token trie at every position its slices do not cover (near 
 counted run, where each position is a new lexer state): 60-150 µs a mask on MaskBench, and paid
 again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
 grammar costs the same; issue 16). Such a pattern's states are few and recur across outputs, so
-the work is done once per pattern instead: the pattern's automaton (interegular's DFA of it) is run
+the work is done once per pattern instead: the pattern's automaton (``pattern_automaton``) is run
 over every token of the vocabulary from every state at once, and each state keeps the packed row of
 the tokens that can go on from it. The string compiles without its ``pattern``
 (``tokenmold.grammar.bounds.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
@@ -14,10 +14,11 @@ bound guard ANDs the row of the state the content so far reached: a step is one 
 A token is judged by the characters it writes into the string (JSON escapes decoded): one that
 stays inside the string must leave the automaton alive; one that closes it must end in a final
 state; one that ends inside an escape or a UTF-8 sequence must be alive up to there (what it
-completes is judged at the next step, where the content reaches a state again; while an escape is
-open nothing is restricted). Tokens that open a string and write into it at once (``"ab``) are
+completes is judged at the next step: after a lone backslash, by a second row per state of what
+the escape and the rest of the token write; inside a ``\\u`` escape or a split character nothing
+is restricted). Tokens that open a string and write into it at once (``"ab``) are
 judged from the automaton's start where the tracker says the string they open holds such a
-pattern. The automaton reads ``\\d``, ``\\w`` and ``\\s`` as ASCII (interegular's classes), where
+pattern. The automaton reads ``\\d``, ``\\w`` and ``\\s`` as ASCII (interegular's parse), where
 the validator's regular expressions read them as Unicode: a non-ASCII digit or letter such a class
 would take is refused by the mask, never let through.
 

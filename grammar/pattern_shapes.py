@@ -1,18 +1,25 @@
-"""Which string patterns the pattern guard holds, decided by a scan of the pattern.
+"""Which string patterns the pattern guard holds, decided when a schema compiles.
 
-The guard (``tokenmold.grammar.pattern_guard``) runs a pattern's automaton, built on first use; the
-decision to take a pattern out of llguidance's grammar is made at compile time, so it must be cheap
-(a scan, ~0.1 ms) and must admit only patterns whose automaton is known to stay small: interegular
-builds DFAs eagerly, and some patterns' DFAs grow exponentially (``[ab]*a[ab]{20}``), which
-llguidance, building lazily, never meets. Three kinds are held:
+The guard (``tokenmold.grammar.pattern_guard``) keeps a row of tokens per automaton state, so it
+may only take a pattern whose automaton is small, and the decision is made at compile time, so it
+must be cheap. Kinds held:
 
-- string values whose pattern is a *line* with a counted run (``guarded``): llguidance walks its
-  token trie at every position near the end of a counted run;
+- string values whose pattern is a *line* (characters, classes and escapes in plain groups, fixed
+  counts but the last) with a counted run, or with ``\\w``/``\\s``/``\\d`` (``guarded``):
+  llguidance walks its token trie at every position near the end of a counted run, and reads those
+  classes as Unicode. A line's automaton has about a state a position, so a scan (~0.1 ms)
+  decides, and the automaton is built on first use;
+- string values whose pattern is any other shape (alternations, quantified groups, branches
+  anchored differently: slugs, base64, ``^(a)|(b)|(c)+$``) when its automaton is small: it is built
+  here, by positions and under a cap (``tokenmold.grammar.pattern_automaton``), since some such
+  automata grow exponentially (``[ab]*a[ab]{20}``); interegular, building eagerly, would hang;
 - the formats of ``tokenmold.grammar.format_patterns``, whose automata are known;
-- object keys whose one ``patternProperties`` pattern is a line, counted or not, or a search for
-  one counted character class (``.*[0-9a-f]{32}.*``), in an object that lists no properties and
+- object keys whose one ``patternProperties`` pattern is a line, counted or not, or any other
+  shape with a small automaton (``.*[0-9a-f]{32}.*``), in an object that lists no properties and
   takes no other keys (``key_pattern``): llguidance's key lexeme costs 300-400 µs a mask at every
   position of such a key, against 5 µs for a key of ``additionalProperties``.
+
+A search (``^.*X.*$``, how the normalizer writes an unanchored pattern) is the search guard's.
 """
 
 from __future__ import annotations
@@ -41,11 +48,12 @@ _FORMATS = frozenset(FORMAT_PATTERNS.values())
 
 
 def guarded(pattern: object) -> bool:
-    """Whether ``pattern`` (as normalized) is one this guard holds: ``^X$`` where ``X`` is a line
-    of characters, classes and escapes with a counted run (``[0-9a-f]{8}-[0-9a-f]{4}``,
-    ``[a-z_-]{1,64}``; elsewhere llguidance's own masks are as fast, its lexer meeting the same
-    states again and its slices covering them, and the guard's step would only add to them). Its
-    automaton is built on first use (``automaton``); this check costs a scan of the pattern."""
+    """Whether ``pattern`` (as normalized) is one this guard holds as a string's: ``^X$`` where
+    ``X`` is a line with a counted run (``[0-9a-f]{8}-[0-9a-f]{4}``, ``[a-z_-]{1,64}``) or with a
+    class llguidance reads as Unicode (``[\\w.:-]+``), a format's, or any other shape but a search
+    whose automaton is small. Other lines stay with llguidance: there its own masks are as fast
+    (its lexer meets the same states again and its slices cover them), and the guard's step would
+    only add to them."""
     return isinstance(pattern, str) and _held(pattern) is not None and not searching(pattern)
 
 
@@ -222,8 +230,8 @@ def held_core(pattern: str) -> str | None:
 
 def key_pattern(pattern: object) -> str | None:
     """``pattern`` when the guard holds it as the one ``patternProperties`` pattern of an object
-    that lists no properties (``None`` otherwise): a line, counted or not, or a search for one
-    counted character class. Next to listed names the automaton's alphabet splits into a class a
+    that lists no properties (``None`` otherwise): a line, counted or not, or any other shape
+    whose automaton is small (``.*[0-9a-f]{32}.*``). Next to listed names the automaton's alphabet splits into a class a
     letter, and building its rows took 1.2 s for two names (``.*[0-9a-f]{32}.*``: 110 ms alone)."""
     if not isinstance(pattern, str):
         return None
