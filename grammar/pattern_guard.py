@@ -39,8 +39,8 @@ import numpy as np
 
 from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.fit.tracker import Obj, Str, Text, Tracker
-from tokenmold.grammar.pattern_automaton import CharAutomaton, minimized
-from tokenmold.grammar.pattern_shapes import MOST_STATES, char_automaton, held_core
+from tokenmold.grammar.pattern_automaton import CharAutomaton
+from tokenmold.grammar.pattern_shapes import char_automaton, held_core
 from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
 
@@ -90,9 +90,7 @@ def automaton(pattern: str) -> Automaton | None:
     ``tokenmold.grammar.pattern_shapes``)."""
     core = held_core(pattern)
     machine = None if core is None else char_automaton(core)
-    if machine is None:
-        return None
-    return _from_chars(minimized(machine) if machine.size > MOST_STATES else machine)
+    return None if machine is None else _from_chars(machine)
 
 
 def _from_chars(machine: CharAutomaton) -> Automaton:

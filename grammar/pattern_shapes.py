@@ -30,14 +30,13 @@ from functools import lru_cache
 import interegular
 
 from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
-from tokenmold.grammar.pattern_automaton import CharAutomaton, build
+from tokenmold.grammar.pattern_automaton import CharAutomaton, build, minimized
 from tokenmold.grammar.search_guard import searching
 
 #: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
 #: 6 KB on the embedded vocabulary).
 MOST_STATES = 300
-#: The states a pattern's automaton may have as first built, before equivalent ones are merged
-#: (the guard minimizes an automaton over ``MOST_STATES``, where its first use builds its rows).
+#: The states a pattern's automaton may have as first built, before equivalent ones are merged.
 MOST_BUILT = 4 * MOST_STATES
 #: The formats' automata are larger (``hostname``: 125 states) and held all the same.
 FORMAT_STATES = 1000
@@ -87,14 +86,18 @@ def _parses(core: str) -> bool:
 
 @lru_cache(maxsize=1024)
 def char_automaton(core: str) -> CharAutomaton | None:
-    """The automaton of ``^core$`` (``tokenmold.grammar.pattern_automaton``, not minimized),
-    ``None`` past ``MOST_BUILT`` states or ``MOST_STATES`` positions (a format's: ``FORMAT_STATES``
-    of each) or where interegular cannot parse it."""
-    states, positions = (FORMAT_STATES, FORMAT_STATES) if f"^{core}$" in _FORMATS else (MOST_BUILT, MOST_STATES)
+    """The automaton of ``^core$`` (``tokenmold.grammar.pattern_automaton``) with at most
+    ``MOST_STATES`` states (a format's: ``FORMAT_STATES``), minimized where the construction built
+    more; ``None`` past that, past ``MOST_BUILT`` states or ``MOST_STATES`` positions as built, or
+    where interegular cannot parse it."""
+    most = FORMAT_STATES if f"^{core}$" in _FORMATS else MOST_STATES
     try:
-        return build(core, states, positions)
+        built = build(core, max(most, MOST_BUILT), max(most, MOST_STATES))
     except Exception:  # TooLarge, or interegular refuses what it does not know
         return None
+    if built.size > MOST_STATES:  # a search for several texts builds their prefixes more than once
+        built = minimized(built)
+    return built if built.size <= most else None
 
 
 def _plain_syntax(core: str) -> bool:
