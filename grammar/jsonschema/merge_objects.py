@@ -13,6 +13,7 @@ patterns hold for declared properties only.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from tokenmold.grammar.jsonschema.conjunct import (
     or_false,
     pointer_token,
 )
+from tokenmold.grammar.jsonschema.keywords import ANNOTATIONS
 from tokenmold.grammar.jsonschema.merge_counts import Counts
 from tokenmold.grammar.jsonschema.regex import grammar_pattern, search
 
@@ -139,7 +141,7 @@ class ObjectMerge:
         if required:
             out["required"] = required
         if kept:
-            out["patternProperties"] = {regex: _or_never(child, conj) for regex, conj in kept}
+            out["patternProperties"] = _uncovered({regex: _or_never(child, conj) for regex, conj in kept})
         if additional is not None:
             out["additionalProperties"] = additional
         # On an open object too: the object layout (``grammar/layout.py``) decides whether the
@@ -175,6 +177,32 @@ class ObjectMerge:
                     "enforced for declared properties only (additionalProperties widened to admit its values); "
                     "checked by validation",
                 )
+
+
+def _uncovered(patterns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``patterns`` without those that only name keys another pattern takes too, where their
+    schema allows any value: such a key must meet both schemas, which is the other's alone.
+
+    llguidance refuses patterns that overlap, and JSON:API's schemas reserve names that way
+    (``^(relationships|links)$`` with ``not: {}``, left to validation, next to ``^\\w[-\\w_]*$``):
+    the whole schema went to xgrammar, 214 ms to compile and 47 masks over 50 µs on MaskBench's
+    ``o366``, against 6 ms and 16 with llguidance."""
+    kept = dict(patterns)
+    for regex, schema in patterns.items():
+        named = _NAMES.fullmatch(regex)
+        if named is None or not schema.keys() <= _FREE:
+            continue
+        others = [other for other in kept if other != regex]
+        names = (named.group(1) or named.group(2)).split("|")
+        if others and all(any(search(other, name) for other in others) for name in names):
+            del kept[regex]
+    return kept
+
+
+#: A pattern that only names keys: ``^name$``, ``^(a|b)$`` or ``^(?:a|b)$``, plain names.
+_NAMES = re.compile(r"\^(?:([\w-]+(?:\|[\w-]+)*)|\((?:\?:)?([\w-]+(?:\|[\w-]+)*)\))\$")
+#: The keys of a normalized schema that allows any value.
+_FREE = frozenset(ANNOTATIONS)
 
 
 def _or_never(child: Child, conj: Conjunct) -> dict[str, Any]:

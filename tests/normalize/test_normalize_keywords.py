@@ -7,8 +7,10 @@ meant to exclude are rejected.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import llguidance
 import pytest
 import regex
 import xgrammar as xgr
@@ -228,6 +230,27 @@ def test_pattern_properties_of_an_object_listing_none_stay(compiler: xgr.Grammar
     assert out.schema["patternProperties"] == {"^x.*$": {"type": "integer"}}  # the engines' whole-string form
     assert "patternProperties" in out.report.enforced and not out.report.validated_only
     check_grammar(compiler, schema, valid=[{"x1": 1}, {}], invalid=[{"x1": "a"}])
+
+
+def test_a_pattern_naming_keys_another_takes_with_any_value_is_dropped() -> None:
+    """JSON:API reserves names with a pattern whose schema is ``not: {}`` (validation's) next to
+    a pattern that takes them too: the grammar's schema for such a key is the other pattern's, and
+    llguidance, which refuses overlapping patterns, now compiles the object."""
+    reserved = {"description": "Reserved for future use.", "not": {}}
+    schema = {
+        "type": "object",
+        "patternProperties": {"^\\w[-\\w_]*$": {"type": "integer"}, "^(relationships|links)$": reserved},
+        "additionalProperties": False,
+    }
+    out = normalize_schema(schema).schema
+    assert list(out["patternProperties"]) == ["^\\w[-\\w_]*$"]
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(json.dumps(out))
+    assert llguidance.LLMatcher.validate_grammar(grammar) == ""
+    # kept: a name the other pattern does not take, or a schema that constrains the value
+    kept = {"^\\w+$": {"type": "integer"}, "^(a|b-c)$": {}}
+    assert len(normalize_schema({**schema, "patternProperties": kept}).schema["patternProperties"]) == 2
+    typed = {"^\\w[-\\w_]*$": {"type": "integer"}, "^(links)$": {"minimum": 3}}
+    assert len(normalize_schema({**schema, "patternProperties": typed}).schema["patternProperties"]) == 2
 
 
 def test_universal_pattern_properties_are_enforced(compiler: xgr.GrammarCompiler) -> None:
