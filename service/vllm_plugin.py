@@ -489,8 +489,7 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
         return
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
     schema = schemas(spec.bounds, BoundSchema)
-    for pattern in schema.held:  # here, where the grammar compiles, not in the first step using it
-        table.patterns.rows(pattern)
+    table.build_rows(schema)  # here, where the grammar compiles, not in the first step using it
     if not getattr(backend, "_tokenmold_frozen", False):  # the first guarded grammar: the warm-up's
         backend._tokenmold_frozen = True
         freeze_heap()

@@ -225,6 +225,11 @@ class CompiledGrammar(ABC):
         """How the serving engine applies this grammar, or ``None`` if it cannot."""
         return None
 
+    def prepare(self) -> None:
+        """Do what the serving engine does once when it compiles this grammar, so that no step of
+        an in-process matcher pays for it (nothing, unless the backend says otherwise)."""
+        return None
+
     def accepts(self, text: str) -> bool:
         """Whether ``text`` is a complete sentence of the grammar."""
         matcher = self.matcher()

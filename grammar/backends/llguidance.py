@@ -164,6 +164,12 @@ class LLGuidanceCompiled(CompiledGrammar):
         assert self.bounds is not None
         return BoundSchema(self.bounds)
 
+    def prepare(self) -> None:
+        """Build the rows of the patterns the bound guard holds, as the engine does when it compiles
+        the grammar (``service/vllm_plugin.py``); else the first fill reaching each one builds them."""
+        if self.bounds is not None:
+            self._vocab.bound_table.build_rows(self._bound_schema)
+
     def matcher(self) -> LLGuidanceMatcher:
         guard = BoundGuard(self._bound_schema, self._vocab.bound_table) if self.bounds is not None else None
         return LLGuidanceMatcher(self._prototype.deep_copy(), self._vocab, guard, self._first_row)
