@@ -216,25 +216,32 @@ class PatternTokens:
         alive = np.arange(machine.dead + 1) != machine.dead
         judged = np.stack([alive, machine.finals, machine.escapable, machine.beyond_ascii])  # by _EXTEND...
         combos, each = np.unique(runs.which * 4 + self._modes[texts], return_inverse=True)
-        ok = judged[(combos % 4)[None, :], runs.ends[:, combos // 4]][:, each.reshape(-1)]
+        # Token-major (a row per text): scattering rows by token id is fast, columns are not.
+        ok = judged[(combos % 4)[:, None], runs.ends[:, combos // 4].T][each.reshape(-1)]
         inside, opening = len(self.ids), len(self.ids) + len(self.open_ids)
         rows = self._packed(machine, self.ids, texts, ok, 0, inside) | self._unjudged
         escapes = self._packed(machine, self.escape_ids, texts, ok, opening, len(self._codes)) | self._unescaped
         opens: np.ndarray = np.zeros(len(self.open_ids), dtype=bool)
         chosen = (texts >= inside) & (texts < opening)
-        opens[texts[chosen] - inside] = ok[machine.initial, chosen]
+        opens[texts[chosen] - inside] = ok[chosen, machine.initial]
         return PatternRows(machine, rows, opens, escapes)
 
     def _packed(
         self, machine: Automaton, ids: np.ndarray, texts: np.ndarray, ok: np.ndarray, start: int, end: int
     ) -> np.ndarray:
         """Per live state, the packed row of the tokens ``ids`` (texts ``start`` to ``end``) that
-        ``ok`` allows from it."""
+        ``ok`` (a row per text, a column per state) allows from it."""
         chosen = (texts >= start) & (texts < end)
-        flags: np.ndarray = np.zeros((machine.dead, self._unjudged.size * 32), dtype=bool)
-        flags[:, ids[texts[chosen] - start]] = ok[: machine.dead, chosen]
-        packed: np.ndarray = np.packbits(flags, axis=1, bitorder="little").view(np.int32)
-        return packed
+        flags: np.ndarray = np.zeros((self._unjudged.size * 32, machine.dead), dtype=np.uint8)
+        flags[ids[texts[chosen] - start]] = ok[chosen, : machine.dead]
+        # Eight tokens a byte, little-endian bits (np.packbits along the tokens of this layout
+        # reads memory across rows: 8x slower).
+        octets = flags.reshape(-1, 8, machine.dead)
+        packed = octets[:, 0].copy()
+        for bit in range(1, 8):
+            packed |= octets[:, bit] << bit
+        rows: np.ndarray = np.ascontiguousarray(packed.T).view(np.int32)
+        return rows
 
 
 def _run_texts(machine: Automaton, lookup: np.ndarray, codes: np.ndarray, lengths: np.ndarray) -> Runs:
@@ -257,18 +264,35 @@ def _run_texts(machine: Automaton, lookup: np.ndarray, codes: np.ndarray, length
     while running.size:
         lost = (reached == dead).all(axis=0)[prefix[running]]
         ending = running[(lengths[running] == column) & ~lost]
-        ended, inverse = np.unique(prefix[ending], return_inverse=True)
+        ended, inverse = _distinct(prefix[ending], reached.shape[1])
         texts.append(ending)
         ends.append(reached[:, ended])
-        which.append(known + inverse.reshape(-1))
+        which.append(known + inverse)
         known += len(ended)
         running = running[(lengths[running] != column) & ~lost]
         if running.size:
-            extended, inverse = np.unique(prefix[running] * count + lookup[codes[running, column]], return_inverse=True)
-            prefix[running] = inverse.reshape(-1)
+            keys = prefix[running] * count + lookup[codes[running, column]]
+            extended, inverse = _distinct(keys, reached.shape[1] * count)
+            prefix[running] = inverse
             reached = machine.moves[reached[:, extended // count], extended % count]
             column += 1
     return Runs(np.concatenate(texts), np.concatenate(which), np.concatenate(ends, axis=1))
+
+
+def _distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` for keys below ``size``: by marking them in a table
+    of ``size`` flags where that is small (no sort: most of a row build's time went to sorting)."""
+    if size > _TABLE_SIZE:
+        found, inverse = np.unique(keys, return_inverse=True)
+        return found, inverse.reshape(-1)
+    seen: np.ndarray = np.zeros(size, dtype=bool)
+    seen[keys] = True
+    rank = np.cumsum(seen) - 1
+    return np.flatnonzero(seen), rank[keys]
+
+
+#: The largest key range ``_distinct`` marks in a table rather than sorts.
+_TABLE_SIZE = 1 << 23
 
 
 class Runs(NamedTuple):
