@@ -7,7 +7,8 @@ again by every matcher at every visit (a second walk of the same text in a fresh
 grammar costs the same; issue 16). Such a pattern's states are few and recur across outputs, so
 the work is done once per pattern instead: the pattern's automaton (``pattern_automaton``) is run
 over every token of the vocabulary from every state at once, and each state keeps the packed row of
-the tokens that can go on from it. The string compiles without its ``pattern``
+the tokens that can go on from it (states that allow the same tokens share one: a count's states
+farther from its end than the longest token). The string compiles without its ``pattern``
 (``tokenmold.grammar.bounds.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
 bound guard ANDs the row of the state the content so far reached: a step is one AND.
 
@@ -171,18 +172,10 @@ class PatternTokens:
         #: Tokens that go on from an open backslash: what the escape and the rest write.
         self.escape_ids = np.array([t for t, _, _ in escaping], dtype=np.int64)
         texts = [text for _, text, _ in inside] + [text for _, _, text, _ in opening] + [t for _, t, _ in escaping]
-        #: The distinct characters written, by index (0 is padding), and each text as indices
-        #: into them, padded to the longest (one array, filled at once).
+        #: The distinct characters written, by index (0 is padding).
         index: dict[str, int] = {}
-        flat = [index.setdefault(c, len(index) + 1) for text in texts for c in text]
+        self._texts = _columns(texts, index)
         self.chars: list[str] = list(index)
-        lengths = np.array([len(t) for t in texts], dtype=np.int64)
-        starts = np.cumsum(lengths) - lengths
-        wide = np.int16 if len(index) < 32767 else np.int32
-        codes: np.ndarray = np.zeros((len(texts), max(int(lengths.max(initial=0)), 1)), dtype=wide)
-        codes[np.repeat(np.arange(len(texts)), lengths), np.arange(len(flat)) - np.repeat(starts, lengths)] = flat
-        self._codes = codes
-        self._lengths = lengths
         modes = [mode for _, _, mode in inside] + [mode for _, _, _, mode in opening] + [m for _, _, m in escaping]
         self._modes = np.array(modes, dtype=np.int8)
         self._rows: dict[str, PatternRows] = {}
@@ -209,34 +202,37 @@ class PatternTokens:
 
     def _build(self, machine: Automaton) -> PatternRows:
         lookup = np.array([0] + [machine.class_of(c) for c in self.chars], dtype=np.int64)
-        runs = _run_texts(machine, lookup, self._codes, self._lengths)
+        runs = _run_texts(machine, lookup, self._texts)
         texts = runs.texts
         # Each text is judged by how it ends, from every state (once per way of ending and mode);
         # the texts not run die everywhere.
         alive = np.arange(machine.dead + 1) != machine.dead
         judged = np.stack([alive, machine.finals, machine.escapable, machine.beyond_ascii])  # by _EXTEND...
-        combos, each = np.unique(runs.which * 4 + self._modes[texts], return_inverse=True)
+        combos, each = _distinct(runs.which * 4 + self._modes[texts], runs.ends.shape[1] * 4)
+        by_combo = judged[(combos % 4)[:, None], runs.ends[:, combos // 4].T]
+        # States that judge every text alike share their rows (a count's states past the longest
+        # token, a branch's states that take the same characters): 257 states, 52 rows for
+        # ``^.{1,256}$``.
+        first, row_of = _alike_columns(by_combo[:, : machine.dead])
         # Token-major (a row per text): scattering rows by token id is fast, columns are not.
-        ok = judged[(combos % 4)[:, None], runs.ends[:, combos // 4].T][each.reshape(-1)]
+        ok = by_combo[:, first][each]
         inside, opening = len(self.ids), len(self.ids) + len(self.open_ids)
-        rows = self._packed(machine, self.ids, texts, ok, 0, inside) | self._unjudged
-        escapes = self._packed(machine, self.escape_ids, texts, ok, opening, len(self._codes)) | self._unescaped
+        rows = self._packed(self.ids, texts, ok, 0, inside) | self._unjudged
+        escapes = self._packed(self.escape_ids, texts, ok, opening, len(self._texts.order)) | self._unescaped
         opens: np.ndarray = np.zeros(len(self.open_ids), dtype=bool)
         chosen = (texts >= inside) & (texts < opening)
-        opens[texts[chosen] - inside] = ok[chosen, machine.initial]
-        return PatternRows(machine, rows, opens, escapes)
+        opens[texts[chosen] - inside] = by_combo[each[chosen], machine.initial]
+        return PatternRows(machine, rows, escapes, row_of, opens)
 
-    def _packed(
-        self, machine: Automaton, ids: np.ndarray, texts: np.ndarray, ok: np.ndarray, start: int, end: int
-    ) -> np.ndarray:
-        """Per live state, the packed row of the tokens ``ids`` (texts ``start`` to ``end``) that
-        ``ok`` (a row per text, a column per state) allows from it."""
+    def _packed(self, ids: np.ndarray, texts: np.ndarray, ok: np.ndarray, start: int, end: int) -> np.ndarray:
+        """Per column of ``ok`` (a row per text, a column per distinct row), the packed row of the
+        tokens ``ids`` (texts ``start`` to ``end``) it allows."""
         chosen = (texts >= start) & (texts < end)
-        flags: np.ndarray = np.zeros((self._unjudged.size * 32, machine.dead), dtype=np.uint8)
-        flags[ids[texts[chosen] - start]] = ok[chosen, : machine.dead]
+        flags: np.ndarray = np.zeros((self._unjudged.size * 32, ok.shape[1]), dtype=np.uint8)
+        flags[ids[texts[chosen] - start]] = ok[chosen]
         # Eight tokens a byte, little-endian bits (np.packbits along the tokens of this layout
         # reads memory across rows: 8x slower).
-        octets = flags.reshape(-1, 8, machine.dead)
+        octets = flags.reshape(-1, 8, ok.shape[1])
         packed = octets[:, 0].copy()
         for bit in range(1, 8):
             packed |= octets[:, bit] << bit
@@ -244,39 +240,100 @@ class PatternTokens:
         return rows
 
 
-def _run_texts(machine: Automaton, lookup: np.ndarray, codes: np.ndarray, lengths: np.ndarray) -> Runs:
-    """Where the texts (rows of ``codes``: characters, by ``lookup``'s class, padded; ``lengths``)
-    lead from every state. One column at a time, over the distinct prefixes of the texts still
-    running: a vocabulary's texts share most of their first characters' classes, and a prefix no
-    state survives stops its texts there (for most patterns, most texts at their first character)."""
-    dead, count = machine.dead, machine.moves.shape[1]
-    texts: list[np.ndarray] = []
+def _alike_columns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first of each set of equal columns of ``flags``, and each column's set (by its bits'
+    bytes: ``np.unique(axis=1)`` compares a column as one structured value of as many fields as
+    rows, 200 ms for 26 columns of 31,000)."""
+    seen: dict[bytes, int] = {}
+    first: list[int] = []
+    packed = np.packbits(flags, axis=0).T
+    of = np.array([seen.setdefault(column.tobytes(), len(seen)) for column in packed], dtype=np.int32)
+    for column, number in enumerate(of.tolist()):
+        if number == len(first):
+            first.append(column)
+    return np.array(first, dtype=np.int64), of
+
+
+class Columns(NamedTuple):
+    """A vocabulary's texts as characters (indices into its distinct characters, from 1), one
+    array per column, the texts longest first: the texts still running at a column are the
+    first ones, and each column's characters lie together in memory."""
+
+    #: ``columns[c, i]``: the ``c``-th character of the ``i``-th longest text (0 past its end).
+    columns: np.ndarray
+    #: ``longer[c]``: how many texts are longer than ``c`` characters.
+    longer: np.ndarray
+    #: ``order[i]``: the ``i``-th longest text.
+    order: np.ndarray
+
+
+def _columns(texts: list[str], index: dict[str, int]) -> Columns:
+    """``texts`` as ``Columns``, numbering their characters in ``index``."""
+    lengths = np.array([len(t) for t in texts], dtype=np.int64)
+    order = np.argsort(-lengths, kind="stable")
+    ranked = [texts[i] for i in order.tolist()]
+    flat = [index.setdefault(c, len(index) + 1) for text in ranked for c in text]
+    sizes = lengths[order]
+    starts = np.cumsum(sizes) - sizes
+    wide = np.int16 if len(index) < 32767 else np.int32
+    columns: np.ndarray = np.zeros((max(int(lengths.max(initial=0)), 1), len(texts)), dtype=wide)
+    columns[np.arange(len(flat)) - np.repeat(starts, sizes), np.repeat(np.arange(len(texts)), sizes)] = flat
+    longer = np.array([np.count_nonzero(lengths > c) for c in range(len(columns) + 1)], dtype=np.int64)
+    return Columns(columns, longer, order)
+
+
+def _run_texts(machine: Automaton, lookup: np.ndarray, texts: Columns) -> Runs:
+    """Where the texts (characters by ``lookup``'s class) lead from every state. One column at a
+    time, over the distinct prefixes of the texts still running: a vocabulary's texts share most
+    of their first characters' classes, and a prefix no state survives stops its texts there (for
+    most patterns, most texts at their first character)."""
+    dead, count, moves = machine.dead, machine.moves.shape[1], machine.moves
+    ended_texts: list[np.ndarray] = []
     ends: list[np.ndarray] = []
     which: list[np.ndarray] = []
     known = 0
-    prefix: np.ndarray = np.zeros(len(codes), dtype=np.int64)
-    reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]  # per distinct prefix, from each state
-    # A class no state moves on (a character the pattern never takes) ends a text everywhere:
-    # the texts that begin with one are not run at all.
-    killing = (machine.moves == dead).all(axis=0)
-    running = np.flatnonzero((lengths == 0) | ~killing[lookup[codes[:, 0]]])
-    column = 0
-    while running.size:
-        lost = (reached == dead).all(axis=0)[prefix[running]]
-        ending = running[(lengths[running] == column) & ~lost]
-        ended, inverse = _distinct(prefix[ending], reached.shape[1])
-        texts.append(ending)
-        ends.append(reached[:, ended])
-        which.append(known + inverse)
-        known += len(ended)
-        running = running[(lengths[running] != column) & ~lost]
-        if running.size:
-            keys = prefix[running] * count + lookup[codes[running, column]]
-            extended, inverse = _distinct(keys, reached.shape[1] * count)
-            prefix[running] = inverse
-            reached = machine.moves[reached[:, extended // count], extended % count]
-            column += 1
-    return Runs(np.concatenate(texts), np.concatenate(which), np.concatenate(ends, axis=1))
+    # The texts still running (positions in ``texts.order``, ascending: longest first) and their
+    # distinct prefix; ``reached[s, p]``: where prefix ``p`` leads from state ``s``.
+    running: np.ndarray = np.arange(len(texts.order), dtype=np.int64)
+    prefix: np.ndarray = np.zeros(len(running), dtype=np.int64)
+    reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]
+    mix = np.random.default_rng(16).integers(1, 1 << 62, size=dead + 1, dtype=np.int64) | 1
+    for column in range(len(texts.columns) + 1):
+        on = int(np.searchsorted(running, texts.longer[column]))
+        if on < len(running):  # the texts of ``column`` characters end here
+            ended, inverse = _distinct(prefix[on:], reached.shape[1])
+            ended_texts.append(texts.order[running[on:]])
+            ends.append(reached[:, ended])
+            which.append(known + inverse)
+            known += len(ended)
+        running, prefix = running[:on], prefix[:on]
+        if not on:
+            break
+        chars = texts.columns[column, :on] if on == running[-1] + 1 else texts.columns[column, running]
+        extended, prefix = _distinct(prefix * count + lookup[chars], reached.shape[1] * count)
+        reached = moves[reached[:, extended // count], extended % count]
+        if reached.shape[1] > _MERGED_FROM:
+            reached, alike = _merged(reached, mix)
+            prefix = alike[prefix]
+        lost = (reached == dead).all(axis=0)
+        if lost.any():
+            kept = ~lost[prefix]
+            running, prefix = running[kept], prefix[kept]
+    return Runs(np.concatenate(ended_texts), np.concatenate(which), np.concatenate(ends, axis=1))
+
+
+def _merged(reached: np.ndarray, mix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``reached``'s distinct columns and each column's among them: prefixes that lead every
+    state to the same state go on alike (a literal's letters are each a class of their own, so
+    prefixes by class are as many as texts, 31,000 for ``^method\\.response\\.header\\..+$``;
+    by where they lead, a few hundred). Found by a hash of each column (``mix``: odd multipliers,
+    one per state), checked whole."""
+    keys = mix @ reached.astype(np.int64)
+    _, first, alike = np.unique(keys, return_index=True, return_inverse=True)
+    distinct = reached[:, first]
+    if not np.array_equal(distinct[:, alike], reached):  # two columns' hashes collided
+        return reached, np.arange(reached.shape[1])
+    return distinct, alike.reshape(-1)
 
 
 def _distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -290,6 +347,10 @@ def _distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     rank = np.cumsum(seen) - 1
     return np.flatnonzero(seen), rank[keys]
 
+
+#: How many prefixes a column may reach before ``_merged`` looks for alike ones (fewer cost
+#: less to carry than to merge).
+_MERGED_FROM = 256
 
 #: The largest key range ``_distinct`` marks in a table rather than sorts.
 _TABLE_SIZE = 1 << 23
@@ -311,15 +372,22 @@ def _separated(head: bytes) -> bool:
 
 
 class PatternRows(NamedTuple):
-    """One pattern in one vocabulary: per live state, the packed row of the tokens that may follow
-    inside the string, and of those that may follow a backslash there (what the escape writes
-    must go on from the state too); per opening entry (``PatternTokens.open_ids``), whether it
-    may begin it."""
+    """One pattern in one vocabulary: the distinct packed rows of the tokens that may follow inside
+    the string from a live state, and of those that may follow a backslash there (what the escape
+    writes must go on from the state too), and each live state's row; per opening entry
+    (``PatternTokens.open_ids``), whether it may begin it."""
 
     machine: Automaton
     rows: np.ndarray
-    opens: np.ndarray
     escapes: np.ndarray
+    #: Per live state, its row in ``rows`` and ``escapes``.
+    row_of: np.ndarray
+    opens: np.ndarray
+
+    def row(self, state: int, escaping: bool = False) -> np.ndarray:
+        """The tokens that may follow from live ``state`` (after an open backslash: ``escaping``)."""
+        row: np.ndarray = (self.escapes if escaping else self.rows)[self.row_of[state]]
+        return row
 
     @property
     def nbytes(self) -> int:
@@ -429,11 +497,7 @@ class PatternGuard:
         states = self._reached(pointer, raw, machines) if len(machines) == len(found) else None
         if states is None:
             return
-        live = [
-            (f.escapes if escaping else f.rows)[s]
-            for f, s in zip(found, states, strict=True)
-            if f is not None and s < f.machine.dead
-        ]
+        live = [f.row(s, escaping) for f, s in zip(found, states, strict=True) if f is not None and s < f.machine.dead]
         if live:
             row = live[0] if len(live) == 1 else np.bitwise_or.reduce(live)
             keep_unless_emptied(words, np.bitwise_and(words, row, out=self._kept))

@@ -74,24 +74,42 @@ def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> N
     the validator's regular expression can still match the content with the token's text (a
     partial match), or, for a token that closes the string, matches it whole; a token that leaves
     an escape or a character open is judged up to there."""
-    tokens = vocab.bound_table.patterns
-    rows = tokens.rows(pattern)
-    machine = automaton(pattern)
-    assert rows is not None and machine is not None
-    compiled = regex.compile(pattern[1:-1])
-    spelling = vocab.bound_table.by_id
     rng = random.Random(pattern)
-    judged = tokens.ids.tolist()
-    sample = rng.sample(judged, 2500) + [t for t in judged if b'"' in spelling[t] or b"\\" in spelling[t]]
+    compiled = regex.compile(pattern[1:-1])
     alphabet = "abcx0123456789ABCZ-. +/='"
+    contents = []
     for _ in range(6):
         content = ""
         for _ in range(rng.randrange(5)):
             extended = content + rng.choice(alphabet)
             if compiled.fullmatch(extended, partial=True):
                 content = extended
+        contents.append(content)
+    _check_rows(vocab, pattern, contents, rng)
+
+
+def test_states_that_judge_every_token_alike_share_a_row(vocab) -> None:
+    """A count's states farther from its end than the longest token allow the same tokens: they
+    share one row, and every state's row, shared or not, is still the validator's."""
+    pattern = "^[a-z0-9 ]{1,40}$"
+    rows = vocab.bound_table.patterns.rows(pattern)
+    assert rows is not None
+    assert len(rows.rows) < rows.machine.dead == 41
+    _check_rows(vocab, pattern, ["a1 " * (n // 3) + "x" * (n % 3) for n in range(41)], random.Random(7))
+
+
+def _check_rows(vocab, pattern: str, contents: list[str], rng: random.Random) -> None:
+    tokens = vocab.bound_table.patterns
+    rows = tokens.rows(pattern)
+    machine = automaton(pattern)
+    assert rows is not None and machine is not None
+    compiled = regex.compile(pattern[1:-1])
+    spelling = vocab.bound_table.by_id
+    judged = tokens.ids.tolist()
+    sample = rng.sample(judged, 2500) + [t for t in judged if b'"' in spelling[t] or b"\\" in spelling[t]]
+    for content in contents:
         state = machine.run(machine.initial, content)
-        allowed = set(allowed_tokens(rows.rows[state], vocab.vocab_size).tolist())
+        allowed = set(allowed_tokens(rows.row(state), vocab.vocab_size).tolist())
         for token in sample:
             read = _read(spelling[token])
             assert read is not None
@@ -122,7 +140,7 @@ def test_after_a_backslash_the_row_keeps_the_escapes_that_go_on(vocab, pattern) 
         state = machine.run(machine.initial, content)
         if state == machine.dead:
             continue
-        allowed = set(allowed_tokens(rows.escapes[state], vocab.vocab_size).tolist())
+        allowed = set(allowed_tokens(rows.row(state, escaping=True), vocab.vocab_size).tolist())
         for token in tokens.escape_ids.tolist():
             text, mode = _read(b"\\" + spelling[token])
             if mode == _CLOSE:
