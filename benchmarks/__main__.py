@@ -1,4 +1,4 @@
-"""``python -m benchmarks masks|walk|repetition|apply|chain ...`` from the repository root
+"""``python -m benchmarks masks|walk|repetition|apply|chain|rows ...`` from the repository root
 (``benchmarks/__init__.py``)."""
 
 from __future__ import annotations
@@ -9,10 +9,18 @@ from benchmarks.apply import run_apply
 from benchmarks.chain import run_chain
 from benchmarks.masks import run_masks
 from benchmarks.repetition import run_repetition
+from benchmarks.rows import run_rows
 from benchmarks.walk import run_walk
 
 #: Imported by module name (not run as ``__main__``), so the jobs pickled for the workers resolve.
-COMMANDS = {"masks": run_masks, "walk": run_walk, "repetition": run_repetition, "apply": run_apply, "chain": run_chain}
+COMMANDS = {
+    "masks": run_masks,
+    "walk": run_walk,
+    "repetition": run_repetition,
+    "apply": run_apply,
+    "chain": run_chain,
+    "rows": run_rows,
+}
 
 
 def main(argv: list[str]) -> int:

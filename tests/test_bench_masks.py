@@ -18,6 +18,7 @@ from benchmarks.chain import run_chain
 from benchmarks.corpus import sample, source_of
 from benchmarks.engines import ENGINE_NAMES
 from benchmarks.masks import run_masks
+from benchmarks.rows import run_rows
 from benchmarks.walk import run_walk
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
@@ -105,7 +106,7 @@ def test_masks_runs_as_tokenmold_bench_from_any_folder(paths, tmp_path):
     usage = subprocess.run(
         [sys.executable, "-m", "tokenmold.service.cli", "bench"], cwd=tmp_path, capture_output=True, text=True
     )
-    assert usage.returncode == 2 and "masks|walk|repetition|apply|chain" in usage.stderr
+    assert usage.returncode == 2 and "masks|walk|repetition|apply|chain|rows" in usage.stderr
 
 
 def test_walk_report(paths, tmp_path):
@@ -276,3 +277,13 @@ def test_chain_bench_walks_the_e2e_workload_through_the_engines_chain(capsys):
     assert run_chain(["--batch", "2", "--steps", "40", "--repeats", "1"]) == 0
     out = capsys.readouterr().out
     assert "batch 2, 40 steps" in out and "llguidance's mask alone" in out and "accept" in out
+
+
+def test_rows_bench_prints_each_patterns_states_rows_and_build_time(capsys):
+    """``python -m benchmarks rows``: a held pattern gets its states, its distinct rows (fewer
+    than its states for a long count) and a build time; one the guard does not hold says so."""
+    assert run_rows(["^[a-z]{1,40}$", "^(?:[ab]*a[ab]{8}|x)$", "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    name, states, rows, ms = lines[1].split()
+    assert (name, states) == ("^[a-z]{1,40}$", "41") and 0 < int(rows) < 41 and float(ms) > 0
+    assert lines[2].endswith("not held by the pattern guard")

@@ -1,0 +1,52 @@
+"""The bound guard's pattern rows: how long one pattern's rows take to build, on the embedded
+vocabulary, and how many distinct rows its states keep.
+
+Each build is what the engine does once per pattern when a grammar using it compiles
+(``PatternTokens._build``); the minimum over the repeats is printed, the host's noise being
+one-sided.
+
+    python -m benchmarks rows [PATTERN...] [--repeats R]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from benchmarks.engines import default_tokenizer_dir, load_vocabulary
+from tokenmold.grammar.pattern_guard import automaton
+
+#: Patterns of each shape the guard holds, from MaskBench (counted runs, a key pattern, branches,
+#: a search, plain lines).
+DEFAULT_PATTERNS = (
+    "^.{1,256}$",
+    "^method\\.response\\.header\\..+$",
+    "^(a\\..)|(b\\..)|('.*')+$",
+    "^.*[0-9a-f]{32}.*$",
+    "^[0-9a-zA-Z_-]{1,255}$",
+    "^[^/]+$",
+    "^[a-z]+$",
+)
+
+
+def run_rows(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks rows", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "patterns", nargs="*", metavar="PATTERN", help="anchored patterns (default: seven of MaskBench's)"
+    )
+    parser.add_argument("--repeats", type=int, default=9)
+    args = parser.parse_args(argv)
+    tokens = load_vocabulary(default_tokenizer_dir()).bound_table.patterns
+    print(f"{'pattern':<40}  {'states':>6}  {'rows':>5}  {'build ms (min)':>14}")
+    for pattern in args.patterns or DEFAULT_PATTERNS:
+        machine = automaton(pattern)
+        if machine is None:
+            print(f"{pattern:<40}  not held by the pattern guard")
+            continue
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            built = tokens._build(machine)
+            times.append(time.perf_counter() - start)
+        print(f"{pattern:<40}  {machine.dead:>6}  {len(built.rows):>5}  {min(times) * 1e3:>14.1f}")
+    return 0
