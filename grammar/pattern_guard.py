@@ -213,7 +213,7 @@ class PatternTokens:
         # States that judge every text alike share their rows (a count's states past the longest
         # token, a branch's states that take the same characters): 257 states, 52 rows for
         # ``^.{1,256}$``.
-        first, row_of = _alike_columns(by_combo[:, : machine.dead])
+        first, row_of = _alike_columns(np.packbits(by_combo[:, : machine.dead], axis=0))
         # Token-major (a row per text): scattering rows by token id is fast, columns are not.
         ok = by_combo[:, first][each]
         inside, opening = len(self.ids), len(self.ids) + len(self.open_ids)
@@ -240,18 +240,14 @@ class PatternTokens:
         return rows
 
 
-def _alike_columns(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The first of each set of equal columns of ``flags``, and each column's set (by its bits'
-    bytes: ``np.unique(axis=1)`` compares a column as one structured value of as many fields as
-    rows, 200 ms for 26 columns of 31,000)."""
-    seen: dict[bytes, int] = {}
-    first: list[int] = []
-    packed = np.packbits(flags, axis=0).T
-    of = np.array([seen.setdefault(column.tobytes(), len(seen)) for column in packed], dtype=np.int32)
-    for column, number in enumerate(of.tolist()):
-        if number == len(first):
-            first.append(column)
-    return np.array(first, dtype=np.int64), of
+def _alike_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first of each set of equal columns of ``matrix``, and each column's set: a column is
+    compared as one opaque value (``np.unique(axis=1)`` compares it field by field, one field per
+    row: 200 ms for 26 columns of 31,000)."""
+    columns = np.ascontiguousarray(matrix.T)
+    whole = columns.view(np.dtype((np.void, columns.shape[1] * columns.itemsize))).reshape(-1)
+    _, first, of = np.unique(whole, return_index=True, return_inverse=True)
+    return first, of.reshape(-1)
 
 
 class Columns(NamedTuple):
@@ -297,7 +293,6 @@ def _run_texts(machine: Automaton, lookup: np.ndarray, texts: Columns) -> Runs:
     running: np.ndarray = np.arange(len(texts.order), dtype=np.int64)
     prefix: np.ndarray = np.zeros(len(running), dtype=np.int64)
     reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]
-    mix = np.random.default_rng(16).integers(1, 1 << 62, size=dead + 1, dtype=np.int64) | 1
     for column in range(len(texts.columns) + 1):
         on = int(np.searchsorted(running, texts.longer[column]))
         if on < len(running):  # the texts of ``column`` characters end here
@@ -312,28 +307,14 @@ def _run_texts(machine: Automaton, lookup: np.ndarray, texts: Columns) -> Runs:
         chars = texts.columns[column, :on] if on == running[-1] + 1 else texts.columns[column, running]
         extended, prefix = _distinct(prefix * count + lookup[chars], reached.shape[1] * count)
         reached = moves[reached[:, extended // count], extended % count]
-        if reached.shape[1] > _MERGED_FROM:
-            reached, alike = _merged(reached, mix)
-            prefix = alike[prefix]
+        if reached.shape[1] > _MERGED_FROM:  # prefixes that lead every state alike go on as one
+            first, alike = _alike_columns(reached)
+            reached, prefix = reached[:, first], alike[prefix]
         lost = (reached == dead).all(axis=0)
         if lost.any():
             kept = ~lost[prefix]
             running, prefix = running[kept], prefix[kept]
     return Runs(np.concatenate(ended_texts), np.concatenate(which), np.concatenate(ends, axis=1))
-
-
-def _merged(reached: np.ndarray, mix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``reached``'s distinct columns and each column's among them: prefixes that lead every
-    state to the same state go on alike (a literal's letters are each a class of their own, so
-    prefixes by class are as many as texts, 31,000 for ``^method\\.response\\.header\\..+$``;
-    by where they lead, a few hundred). Found by a hash of each column (``mix``: odd multipliers,
-    one per state), checked whole."""
-    keys = mix @ reached.astype(np.int64)
-    _, first, alike = np.unique(keys, return_index=True, return_inverse=True)
-    distinct = reached[:, first]
-    if not np.array_equal(distinct[:, alike], reached):  # two columns' hashes collided
-        return reached, np.arange(reached.shape[1])
-    return distinct, alike.reshape(-1)
 
 
 def _distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -348,8 +329,10 @@ def _distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(seen), rank[keys]
 
 
-#: How many prefixes a column may reach before ``_merged`` looks for alike ones (fewer cost
-#: less to carry than to merge).
+#: How many prefixes a column may reach before ``_run_texts`` merges those that lead every state
+#: alike (a literal's letters are each a class of their own, so prefixes by class are as many as
+#: texts, 31,000 for ``^method\.response\.header\..+$``; by where they lead, about 800; fewer
+#: cost less to carry than to merge).
 _MERGED_FROM = 256
 
 #: The largest key range ``_distinct`` marks in a table rather than sorts.
