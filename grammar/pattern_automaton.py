@@ -120,7 +120,12 @@ class _Positions:
         )
 
     def _repeated(self, node: _Repeated) -> _Glushkov:
-        """``base{min,max}`` unrolled: ``min`` copies, then ``max - min`` optional ones or a star."""
+        """``base{min,max}`` unrolled: ``min`` copies, then ``max - min`` optional ones or a star.
+
+        Any optional copy may be skipped, so a copy's last positions are followed by the first
+        positions of every later copy: written once per copy from the union of the later ones
+        (linear), not by chaining the copies one at a time, which writes each link again from
+        every earlier copy (``[a-z]{1,255}``: 255 links, not 32,000)."""
         whole = _Glushkov(True, 0, 0)
         for _ in range(node.min):
             whole = self._then(whole, self.of(node.base))
@@ -129,10 +134,14 @@ class _Positions:
             for at in _bits(star.last):
                 self.follow[at] |= star.first
             return self._then(whole, _Glushkov(True, star.first, star.last))
-        for _ in range(node.max - node.min):
-            copy = self.of(node.base)
-            whole = self._then(whole, _Glushkov(True, copy.first, copy.last))
-        return whole
+        copies = [self.of(node.base) for _ in range(node.max - node.min)]
+        later = last = 0
+        for copy in reversed(copies):
+            for at in _bits(copy.last):
+                self.follow[at] |= later
+            later |= copy.first
+            last |= copy.last
+        return self._then(whole, _Glushkov(True, later, last))
 
 
 def _union(bitsets: Any) -> int:
@@ -152,10 +161,36 @@ def _bits(bitset: int) -> list[int]:
     return found
 
 
+class _FollowSets:
+    """The positions that may follow a set of positions, remembered for the set and each of its
+    tails (the set less its lowest positions): a counted repeat's states are such tails of each
+    other (``[a-z]{1,255}``: ``{p1..p255}``, ``{p2..p255}``...), so each costs one union, not one
+    per position in it."""
+
+    def __init__(self, follow: list[int]) -> None:
+        self._follow = follow
+        self._known: dict[int, int] = {0: 0}
+
+    def __call__(self, positions: int) -> int:
+        tails = []
+        while positions not in self._known:
+            tails.append(positions)
+            positions &= positions - 1  # without its lowest position
+        found = self._known[positions]
+        for tail in reversed(tails):
+            found |= self._follow[(tail & -tail).bit_length() - 1]
+            self._known[tail] = found
+        return found
+
+
 def _determinize(positions: _Positions, glushkov: _Glushkov, most_states: int) -> CharAutomaton:
     """The subset construction over the positions, one class of characters at a time; a state is
     the set of positions the last character may have matched (state 0: none yet)."""
-    named = sorted({char for chars, _ in positions.chars for char in chars})
+    # The copies of a counted repeat share their characters: each distinct set is looked at once.
+    sharing: dict[tuple[frozenset[str], bool], int] = {}
+    for at, taken in enumerate(positions.chars):
+        sharing[taken] = sharing.get(taken, 0) | 1 << at
+    named = sorted({char for chars, _ in sharing for char in chars})
     if len(named) > MOST_NAMED:
         raise TooLarge("the pattern names too many characters")
     # A character's class is the set of positions that take it; the unnamed ones share one.
@@ -169,11 +204,11 @@ def _determinize(positions: _Positions, glushkov: _Glushkov, most_states: int) -
             masks.append(taken)
         return takers[taken]
 
-    rest = class_of(_union(1 << at for at, (_, negated) in enumerate(positions.chars) if negated))
+    rest = class_of(_union(bits for (_, negated), bits in sharing.items() if negated))
     for char in named:
-        classes[char] = class_of(
-            _union(1 << at for at, (chars, negated) in enumerate(positions.chars) if (char in chars) != negated)
-        )
+        takes = _union(bits for (chars, negated), bits in sharing.items() if (char in chars) != negated)
+        classes[char] = class_of(takes)
+    follows = _FollowSets(positions.follow)
     number: dict[int, int] = {0: 0}
     sets = [0]
     moves: list[list[int | None]] = []
@@ -182,7 +217,7 @@ def _determinize(positions: _Positions, glushkov: _Glushkov, most_states: int) -
         current = sets[len(moves)]
         if (current & glushkov.last) or (current == 0 and glushkov.nullable):
             finals.add(len(moves))
-        after = glushkov.first if current == 0 else _union(positions.follow[at] for at in _bits(current))
+        after = glushkov.first if current == 0 else follows(current)
         row: list[int | None] = []
         for mask in masks:
             target = after & mask

@@ -26,6 +26,9 @@ PATTERNS = [
     "[^\\s]{3,}",
     "x?",
     "",
+    "(ab?|c){1,5}d?",  # optional copies that may be skipped, of a base that ends in two ways
+    "[a.]{2,6}\\.?[a-c]{0,3}",
+    "[a-c]{1,40}",
 ]
 ALPHABET = "ab-c=+/0x.'\n Z_:é"
 
