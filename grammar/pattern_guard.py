@@ -44,6 +44,7 @@ from tokenmold.grammar.pattern_automaton import CharAutomaton
 from tokenmold.grammar.pattern_shapes import char_automaton, held_core
 from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
+from tokenmold.grammar.text_runs import alike_columns, distinct, run_texts, trie
 
 #: The rows kept per vocabulary, all patterns together (37 states on the embedded vocabulary: 0.2 MB).
 KEPT_BYTES = 64 << 20
@@ -174,7 +175,7 @@ class PatternTokens:
         texts = [text for _, text, _ in inside] + [text for _, _, text, _ in opening] + [t for _, t, _ in escaping]
         #: The distinct characters written, by index (0 is padding).
         index: dict[str, int] = {}
-        self._texts = _columns(texts, index)
+        self._texts = trie(texts, index)
         self.chars: list[str] = list(index)
         modes = [mode for _, _, mode in inside] + [mode for _, _, _, mode in opening] + [m for _, _, m in escaping]
         self._modes = np.array(modes, dtype=np.int8)
@@ -202,23 +203,23 @@ class PatternTokens:
 
     def _build(self, machine: Automaton) -> PatternRows:
         lookup = np.array([0] + [machine.class_of(c) for c in self.chars], dtype=np.int64)
-        runs = _run_texts(machine, lookup, self._texts)
+        runs = run_texts(machine.moves, lookup, self._texts)
         texts = runs.texts
         # Each text is judged by how it ends, from every state (once per way of ending and mode);
         # the texts not run die everywhere.
         alive = np.arange(machine.dead + 1) != machine.dead
         judged = np.stack([alive, machine.finals, machine.escapable, machine.beyond_ascii])  # by _EXTEND...
-        combos, each = _distinct(runs.which * 4 + self._modes[texts], runs.ends.shape[1] * 4)
+        combos, each = distinct(runs.which * 4 + self._modes[texts], runs.ends.shape[1] * 4)
         by_combo = judged[(combos % 4)[:, None], runs.ends[:, combos // 4].T]
         # States that judge every text alike share their rows (a count's states past the longest
         # token, a branch's states that take the same characters): 257 states, 52 rows for
         # ``^.{1,256}$``.
-        first, row_of = _alike_columns(np.packbits(by_combo[:, : machine.dead], axis=0))
+        first, row_of = alike_columns(np.packbits(by_combo[:, : machine.dead], axis=0))
         # Token-major (a row per text): scattering rows by token id is fast, columns are not.
         ok = by_combo[:, first][each]
         inside, opening = len(self.ids), len(self.ids) + len(self.open_ids)
         rows = self._packed(self.ids, texts, ok, 0, inside) | self._unjudged
-        escapes = self._packed(self.escape_ids, texts, ok, opening, len(self._texts.order)) | self._unescaped
+        escapes = self._packed(self.escape_ids, texts, ok, opening, len(self._modes)) | self._unescaped
         opens: np.ndarray = np.zeros(len(self.open_ids), dtype=bool)
         chosen = (texts >= inside) & (texts < opening)
         opens[texts[chosen] - inside] = by_combo[each[chosen], machine.initial]
@@ -238,114 +239,6 @@ class PatternTokens:
             packed |= octets[:, bit] << bit
         rows: np.ndarray = np.ascontiguousarray(packed.T).view(np.int32)
         return rows
-
-
-def _alike_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The first of each set of equal columns of ``matrix``, and each column's set: a column is
-    compared as one opaque value (``np.unique(axis=1)`` compares it field by field, one field per
-    row: 200 ms for 26 columns of 31,000)."""
-    columns = np.ascontiguousarray(matrix.T)
-    whole = columns.view(np.dtype((np.void, columns.shape[1] * columns.itemsize))).reshape(-1)
-    _, first, of = np.unique(whole, return_index=True, return_inverse=True)
-    return first, of.reshape(-1)
-
-
-class Columns(NamedTuple):
-    """A vocabulary's texts as characters (indices into its distinct characters, from 1), one
-    array per column, the texts longest first: the texts still running at a column are the
-    first ones, and each column's characters lie together in memory."""
-
-    #: ``columns[c, i]``: the ``c``-th character of the ``i``-th longest text (0 past its end).
-    columns: np.ndarray
-    #: ``longer[c]``: how many texts are longer than ``c`` characters.
-    longer: np.ndarray
-    #: ``order[i]``: the ``i``-th longest text.
-    order: np.ndarray
-
-
-def _columns(texts: list[str], index: dict[str, int]) -> Columns:
-    """``texts`` as ``Columns``, numbering their characters in ``index``."""
-    lengths = np.array([len(t) for t in texts], dtype=np.int64)
-    order = np.argsort(-lengths, kind="stable")
-    ranked = [texts[i] for i in order.tolist()]
-    flat = [index.setdefault(c, len(index) + 1) for text in ranked for c in text]
-    sizes = lengths[order]
-    starts = np.cumsum(sizes) - sizes
-    wide = np.int16 if len(index) < 32767 else np.int32
-    columns: np.ndarray = np.zeros((max(int(lengths.max(initial=0)), 1), len(texts)), dtype=wide)
-    columns[np.arange(len(flat)) - np.repeat(starts, sizes), np.repeat(np.arange(len(texts)), sizes)] = flat
-    longer = np.array([np.count_nonzero(lengths > c) for c in range(len(columns) + 1)], dtype=np.int64)
-    return Columns(columns, longer, order)
-
-
-def _run_texts(machine: Automaton, lookup: np.ndarray, texts: Columns) -> Runs:
-    """Where the texts (characters by ``lookup``'s class) lead from every state. One column at a
-    time, over the distinct prefixes of the texts still running: a vocabulary's texts share most
-    of their first characters' classes, and a prefix no state survives stops its texts there (for
-    most patterns, most texts at their first character)."""
-    dead, count, moves = machine.dead, machine.moves.shape[1], machine.moves
-    ended_texts: list[np.ndarray] = []
-    ends: list[np.ndarray] = []
-    which: list[np.ndarray] = []
-    known = 0
-    # The texts still running (positions in ``texts.order``, ascending: longest first) and their
-    # distinct prefix; ``reached[s, p]``: where prefix ``p`` leads from state ``s``.
-    running: np.ndarray = np.arange(len(texts.order), dtype=np.int64)
-    prefix: np.ndarray = np.zeros(len(running), dtype=np.int64)
-    reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]
-    for column in range(len(texts.columns) + 1):
-        on = int(np.searchsorted(running, texts.longer[column]))
-        if on < len(running):  # the texts of ``column`` characters end here
-            ended, inverse = _distinct(prefix[on:], reached.shape[1])
-            ended_texts.append(texts.order[running[on:]])
-            ends.append(reached[:, ended])
-            which.append(known + inverse)
-            known += len(ended)
-        running, prefix = running[:on], prefix[:on]
-        if not on:
-            break
-        chars = texts.columns[column, :on] if on == running[-1] + 1 else texts.columns[column, running]
-        extended, prefix = _distinct(prefix * count + lookup[chars], reached.shape[1] * count)
-        reached = moves[reached[:, extended // count], extended % count]
-        if reached.shape[1] > _MERGED_FROM:  # prefixes that lead every state alike go on as one
-            first, alike = _alike_columns(reached)
-            reached, prefix = reached[:, first], alike[prefix]
-        lost = (reached == dead).all(axis=0)
-        if lost.any():
-            kept = ~lost[prefix]
-            running, prefix = running[kept], prefix[kept]
-    return Runs(np.concatenate(ended_texts), np.concatenate(which), np.concatenate(ends, axis=1))
-
-
-def _distinct(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """``np.unique(keys, return_inverse=True)`` for keys below ``size``: by marking them in a table
-    of ``size`` flags where that is small (no sort: most of a row build's time went to sorting)."""
-    if size > _TABLE_SIZE:
-        found, inverse = np.unique(keys, return_inverse=True)
-        return found, inverse.reshape(-1)
-    seen: np.ndarray = np.zeros(size, dtype=bool)
-    seen[keys] = True
-    rank = np.cumsum(seen) - 1
-    return np.flatnonzero(seen), rank[keys]
-
-
-#: How many prefixes a column may reach before ``_run_texts`` merges those that lead every state
-#: alike (a literal's letters are each a class of their own, so prefixes by class are as many as
-#: texts, 31,000 for ``^method\.response\.header\..+$``; by where they lead, about 800; fewer
-#: cost less to carry than to merge).
-_MERGED_FROM = 256
-
-#: The largest key range ``_distinct`` marks in a table rather than sorts.
-_TABLE_SIZE = 1 << 23
-
-
-class Runs(NamedTuple):
-    """Where ``texts`` lead: text ``texts[i]`` ends, from state ``s``, in ``ends[s, which[i]]``
-    (texts that end alike share a column)."""
-
-    texts: np.ndarray
-    which: np.ndarray
-    ends: np.ndarray
 
 
 def _separated(head: bytes) -> bool:

@@ -1,0 +1,49 @@
+"""A vocabulary's texts run through a pattern's automaton (``tokenmold.grammar.text_runs``): where
+each text leads from every state, over the trie's levels and over its tail, must be where the
+automaton leads it one character at a time."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from tokenmold.grammar.pattern_guard import Automaton, automaton
+from tokenmold.grammar.text_runs import Runs, run_texts, trie
+
+#: Few states (the tail runs text by text) and many (prefixes merged level by level to the end).
+SMALL = "^[a-c]{2}-?[^x]*$"
+LARGE = "^[ab.]{1,80}$"
+
+
+def _texts(count: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    texts = ["", "a", "ab-"]
+    while len(texts) < count:  # long texts among short ones, on the pattern's characters mostly
+        length = rng.choice([rng.randrange(6), rng.randrange(40)])
+        texts.append("".join(rng.choice('abc.-x"é') for _ in range(length)))
+    return texts
+
+
+def _check(machine: Automaton, texts: list[str], runs: Runs) -> None:
+    ends = np.full((machine.dead + 1, len(texts)), machine.dead)
+    ends[:, runs.texts] = runs.ends[:, runs.which]
+    for number, text in enumerate(texts):
+        for state in range(machine.dead + 1):
+            assert ends[state, number] == machine.run(state, text), (state, text)
+    assert len(set(runs.texts.tolist())) == len(runs.texts)  # each text ends once
+
+
+@pytest.mark.parametrize("pattern", [SMALL, LARGE])
+@pytest.mark.parametrize("count", [40, 6000])  # all in the tail; levels, then the tail
+def test_each_text_leads_where_the_automaton_leads_it(pattern, count) -> None:
+    machine = automaton(pattern)
+    assert machine is not None
+    assert (machine.dead < 64) == (pattern == SMALL)
+    texts = _texts(count, count)
+    index: dict[str, int] = {}
+    built = trie(texts, index)
+    assert (built.tail_from == 0) == (count < 2048)
+    lookup = np.array([0] + [machine.class_of(c) for c in index], dtype=np.int64)
+    _check(machine, texts, run_texts(machine.moves, lookup, built))
