@@ -215,30 +215,46 @@ class PatternTokens:
         # token, a branch's states that take the same characters): 257 states, 52 rows for
         # ``^.{1,256}$``.
         first, row_of = alike_columns(np.packbits(by_combo[:, : machine.dead], axis=0))
-        # Token-major (a row per text): scattering rows by token id is fast, columns are not.
-        ok = by_combo[:, first][each]
+        table = by_combo[:, first]  # per combination, whether each distinct row allows it
         inside, opening = len(self.ids), len(self.ids) + len(self.open_ids)
-        rows = self._packed(self.ids, texts, ok, 0, inside) | self._unjudged
-        escapes = self._packed(self.escape_ids, texts, ok, opening, len(self._modes)) | self._unescaped
+        rows = self._packed(self.ids, texts, each, table, 0, inside) | self._unjudged
+        escapes = self._packed(self.escape_ids, texts, each, table, opening, len(self._modes)) | self._unescaped
         opens: np.ndarray = np.zeros(len(self.open_ids), dtype=bool)
         chosen = (texts >= inside) & (texts < opening)
         opens[texts[chosen] - inside] = by_combo[each[chosen], machine.initial]
         return PatternRows(machine, rows, escapes, row_of, opens)
 
-    def _packed(self, ids: np.ndarray, texts: np.ndarray, ok: np.ndarray, start: int, end: int) -> np.ndarray:
-        """Per column of ``ok`` (a row per text, a column per distinct row), the packed row of the
-        tokens ``ids`` (texts ``start`` to ``end``) it allows."""
+    def _packed(
+        self, ids: np.ndarray, texts: np.ndarray, each: np.ndarray, table: np.ndarray, start: int, end: int
+    ) -> np.ndarray:
+        """Per column of ``table`` (a row per combination, a column per distinct row), the packed
+        row of the tokens ``ids`` (texts ``start`` to ``end``, of combination ``each``) it allows."""
         chosen = (texts >= start) & (texts < end)
-        flags: np.ndarray = np.zeros((self._unjudged.size * 32, ok.shape[1]), dtype=np.uint8)
-        flags[ids[texts[chosen] - start]] = ok[chosen]
-        # Eight tokens a byte, little-endian bits (np.packbits along the tokens of this layout
-        # reads memory across rows: 8x slower).
-        octets = flags.reshape(-1, 8, ok.shape[1])
-        packed = octets[:, 0].copy()
+        tokens, picked = ids[texts[chosen] - start], each[chosen]
+        size = self._unjudged.size * 32
+        if table.shape[1] <= _ROW_BY_ROW:
+            # Row-major: each row's tokens scattered on their own, then packed along the tokens.
+            flags: np.ndarray = np.zeros((table.shape[1], size), dtype=bool)
+            for row, allows in zip(flags, np.ascontiguousarray(table.T), strict=True):
+                row[tokens] = allows[picked]
+            packed: np.ndarray = np.packbits(flags, axis=1, bitorder="little").view(np.int32)
+            return packed
+        # Token-major (a row per token): scattering many rows' flags by token id at once is fast,
+        # row by row is not. Eight tokens a byte, little-endian bits (np.packbits along the tokens
+        # of this layout reads memory across rows: 8x slower).
+        flags = np.zeros((size, table.shape[1]), dtype=np.uint8)
+        flags[tokens] = table[picked]
+        octets = flags.reshape(-1, 8, table.shape[1])
+        bits = octets[:, 0].copy()
         for bit in range(1, 8):
-            packed |= octets[:, bit] << bit
-        rows: np.ndarray = np.ascontiguousarray(packed.T).view(np.int32)
+            bits |= octets[:, bit] << bit
+        rows: np.ndarray = np.ascontiguousarray(bits.T).view(np.int32)
         return rows
+
+
+#: Up to this many distinct rows a pattern's rows are scattered and packed one at a time (half
+#: the time of the token-major layout for two rows; past about twelve it costs more).
+_ROW_BY_ROW = 8
 
 
 def _separated(head: bytes) -> bool:
