@@ -63,24 +63,24 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
     starts = np.cumsum(sizes) - sizes
     columns: np.ndarray = np.zeros((int(lengths.max(initial=0)), len(texts)), dtype=np.int32)
     columns[np.arange(len(flat)) - np.repeat(starts, sizes), np.repeat(np.arange(len(texts)), sizes)] = flat
-    longer = [int(np.count_nonzero(lengths > depth)) for depth in range(len(columns) + 1)]
+    # ``longer[d + 1]``: how many texts are longer than ``d`` characters (``longer[0]``: all).
+    longer = [len(texts)] + [int(np.count_nonzero(lengths > depth)) for depth in range(len(columns) + 1)]
+    tail_from = next(depth for depth, running in enumerate(longer[1:]) if running < _TAIL_TEXTS)
     node: np.ndarray = np.zeros(len(texts), dtype=np.int64)  # each text's node at the depth reached
     parents, chars, ending, ends_at = [], [], [], []
-    tail_from, tail_nodes = None, node
     for depth in range(len(columns) + 1):
-        ending.append(order[longer[depth] : len(texts) if depth == 0 else longer[depth - 1]])
-        ends_at.append(node[longer[depth] : len(texts) if depth == 0 else longer[depth - 1]])
-        running = longer[depth]
-        if running < _TAIL_TEXTS and tail_from is None:
-            tail_from, tail_nodes = depth, node[:running]
+        running = longer[depth + 1]
+        ending.append(order[running : longer[depth]])
+        ends_at.append(node[running : longer[depth]])
+        if depth == tail_from:
+            tail_nodes = node[:running]
         if depth == len(columns):
             break
         found, inverse = np.unique(node[:running] * (len(index) + 1) + columns[depth, :running], return_inverse=True)
         parents.append(found // (len(index) + 1))
         chars.append(found % (len(index) + 1))
         node = inverse.reshape(-1)
-    assert tail_from is not None  # no text is longer than the longest
-    running = longer[tail_from]
+    running = longer[tail_from + 1]
     tail = np.ascontiguousarray(columns[tail_from:, :running])
     return Trie(
         parents, chars, ending, ends_at, tail_from, order[:running], tail_nodes, sizes[:running] - tail_from, tail
@@ -100,9 +100,10 @@ def run_texts(moves: np.ndarray, lookup: np.ndarray, texts: Trie) -> Runs:
     levels = texts.tail_from if dead < _TAIL_STATES else len(texts.parents)
     for depth in range(levels + 1):
         at = prefix[texts.ends_at[depth]]
-        if (at >= 0).any():  # the texts of ``depth`` characters end here
-            columns, inverse = distinct(at[at >= 0], reached.shape[1])
-            ended.add(texts.ending[depth][at >= 0], reached[:, columns], inverse)
+        alive = at >= 0
+        if alive.any():  # the texts of ``depth`` characters end here
+            columns, inverse = distinct(at[alive], reached.shape[1])
+            ended.add(texts.ending[depth][alive], reached[:, columns], inverse)
         if depth == levels:
             break
         before = prefix[texts.parents[depth]]
