@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tokenmold.grammar.budget import spelling_ends
 
 if TYPE_CHECKING:
+    from tokenmold.grammar.backends.llguidance_slices import LLTokenizers
     from tokenmold.grammar.bounds import BoundTable
 
 
@@ -93,18 +94,23 @@ class Vocabulary:
 
     def llguidance_default_tokenizer(self) -> Any:
         """A new llguidance tokenizer as llguidance builds it (its default slices): the benchmarks'
-        raw llguidance and the slices' tests use it; tokenmold uses ``llguidance_tokenizer``. Not
-        cached, so that a process does not keep it beside the sliced one."""
+        raw llguidance and the slices' tests use it (a tokenizer of its own, not tokenmold's)."""
         import llguidance.hf
 
         return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
 
     @cached_property
-    def llguidance_tokenizer(self) -> Any:
-        """llguidance's tokenizer with tokenmold's slices (``backends/llguidance_slices.py``)."""
-        from tokenmold.grammar.backends.llguidance_slices import with_tokenmold_slices
+    def llguidance_tokenizers(self) -> LLTokenizers:
+        """llguidance's tokenizer with its own slices and with tokenmold's before them
+        (``backends/llguidance_slices.py``); a grammar parses with the one ``for_grammar`` picks."""
+        from tokenmold.grammar.backends.llguidance_slices import LLTokenizers
 
-        return with_tokenmold_slices(self.llguidance_default_tokenizer())
+        return LLTokenizers.of(self.llguidance_default_tokenizer())
+
+    @property
+    def llguidance_tokenizer(self) -> Any:
+        """The tokenizer with tokenmold's slices: its tokens, as any of the two spells them."""
+        return self.llguidance_tokenizers.sliced
 
     @cached_property
     def bound_table(self) -> BoundTable:

@@ -13,7 +13,7 @@ import threading
 from collections import OrderedDict
 from typing import Any
 
-from tokenmold.grammar.backends.llguidance_slices import with_tokenmold_slices
+from tokenmold.grammar.backends.llguidance_slices import LLTokenizers
 from tokenmold.grammar.row_views import ROWS
 from tokenmold.grammar.rows import FirstRow
 
@@ -25,9 +25,11 @@ class MatcherPrototypes:
     """Parsed matchers keyed by (grammar text, forced prefix); ``copy`` hands out fresh ones."""
 
     def __init__(self, ll_tokenizer: Any, log_level: int = 1, size: int = PROTOTYPE_CACHE_SIZE) -> None:
-        #: vLLM's tokenizer for llguidance with tokenmold's slices (``llguidance_slices``), as the
-        #: API process compiles with them.
-        self.ll_tokenizer = with_tokenmold_slices(ll_tokenizer)
+        #: vLLM's tokenizer for llguidance and its copy with tokenmold's slices; a grammar parses
+        #: with the one the API process compiled it with (``llguidance_slices.LLTokenizers``).
+        self._tokenizers = LLTokenizers.of(ll_tokenizer)
+        #: For what any token's spelling is (both tokenizers spell alike).
+        self.ll_tokenizer = self._tokenizers.sliced
         self._log_level = log_level
         self._size = size
         self._prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
@@ -57,7 +59,7 @@ class MatcherPrototypes:
             if prototype is not None:
                 self._prototypes.move_to_end(key)
         if prototype is None:  # parsed outside the lock: another grammar's copy need not wait
-            prototype = llguidance.LLMatcher(self.ll_tokenizer, grammar, log_level=self._log_level)
+            prototype = llguidance.LLMatcher(self._tokenizers.for_grammar(grammar), grammar, log_level=self._log_level)
             if forced and not prototype.is_error():
                 prototype.consume_tokens(list(forced))
             if prototype.is_error():

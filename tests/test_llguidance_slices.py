@@ -12,7 +12,14 @@ import llguidance
 import numpy as np
 import pytest
 
-from tokenmold.grammar.backends.llguidance_slices import ALNUM_SLICES, with_tokenmold_slices
+from tokenmold.grammar.backends.base import JsonOptions
+from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
+from tokenmold.grammar.backends.llguidance_slices import (
+    ALNUM_SLICES,
+    LLTokenizers,
+    wants_alnum_slices,
+    with_tokenmold_slices,
+)
 
 CASES = [
     ({"type": "string", "pattern": "^[0-9A-Za-z]{8}-[0-9A-Za-z]{4}$"}, "Ab3dE5g7-Zz09"),
@@ -34,6 +41,22 @@ CASES = [
         },
         {"code": "AB12", "kind": "abcd1", "note": "short note"},
     ),
+    # Schemas that parse with llguidance's own slices (``wants_alnum_slices``): masks are the same.
+    (
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "minLength": 2},
+                "count": {"type": "integer"},
+                "ratio": {"type": "number"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "level": {"enum": ["low", "high2", 7]},
+            },
+            "required": ["name", "count", "ratio", "tags", "level"],
+        },
+        {"name": "abc123XYZ", "count": 1234567, "ratio": -1.5e3, "tags": ["x1", "yy2z"], "level": "high2"},
+    ),
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, {"k0ey9": 12, "Other_Key": 3}),
 ]
 
 
@@ -94,3 +117,53 @@ def test_the_slices_come_before_llguidances_defaults() -> None:
     (slices,) = recorded
     assert slices[: len(ALNUM_SLICES)] == list(ALNUM_SLICES)
     assert slices[len(ALNUM_SLICES) :] == llguidance.LLTokenizer.general_slices()
+
+
+def _grammar(schema) -> str:
+    return llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "string", "pattern": "^[a-z]+$"},
+        {"type": "string", "format": "email"},
+        {"type": "string", "maxLength": 12},
+        {"type": "object", "propertyNames": {"pattern": "^[a-z]+$"}},
+        {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+        # Read in the text: a property so named also counts (the slices, as before the choice).
+        {"type": "object", "properties": {"format": {"type": "string"}}},
+    ],
+)
+def test_narrow_strings_and_non_json_grammars_parse_with_the_slices(schema) -> None:
+    assert wants_alnum_slices(_grammar(schema))
+
+
+def test_plain_json_and_lark_grammars_are_told_apart() -> None:
+    plain = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}}}
+    assert not wants_alnum_slices(_grammar(plain))
+    assert not wants_alnum_slices(_grammar({"enum": ["abc", "def"]}))
+    assert wants_alnum_slices(llguidance.LLMatcher.grammar_from_lark("start: /[a-z0-9]{1,8}/"))
+
+
+def test_a_grammar_parses_with_the_tokenizer_its_strings_gain_by(vocab) -> None:
+    """The backend builds each prototype with ``for_grammar``'s pick: a recorded choice, not a
+    guess (both tokenizers give the same masks, so only the choice itself tells them apart)."""
+    tokenizers = vocab.llguidance_tokenizers
+    picked: list[object] = []
+
+    class Recording(LLTokenizers):
+        def for_grammar(self, grammar: str):
+            tokenizer = super().for_grammar(grammar)
+            picked.append(tokenizer)
+            return tokenizer
+
+    recording = Recording(tokenizers.plain, tokenizers.sliced)
+    backend = LLGuidanceBackend(vocab)
+    vocab.__dict__["llguidance_tokenizers"] = recording  # the cached property, for this test only
+    try:
+        backend.compile_regex("[a-z]{1,4}")
+        backend.compile_json_schema({"type": "object", "properties": {"a": {"type": "integer"}}}, JsonOptions())
+    finally:
+        vocab.__dict__["llguidance_tokenizers"] = tokenizers
+    assert picked == [tokenizers.sliced, tokenizers.plain]

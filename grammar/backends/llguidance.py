@@ -191,7 +191,8 @@ class LLGuidanceBackend(Backend):
 
     def __init__(self, vocab: Vocabulary, ll_tokenizer: Any = None) -> None:
         """``ll_tokenizer``: the ``llguidance.LLTokenizer`` to build matchers with; by default the
-        vocabulary's, with tokenmold's slices (the benchmarks' raw llguidance passes the defaults)."""
+        vocabulary's, with tokenmold's slices where the grammar gains by them
+        (``llguidance_slices.LLTokenizers``; the benchmarks' raw llguidance passes the defaults)."""
         super().__init__(vocab)
         self._ll_tokenizer = ll_tokenizer
 
@@ -266,7 +267,9 @@ class LLGuidanceBackend(Backend):
     ) -> LLGuidanceCompiled:
         """Compile a grammar in llguidance's own serialized form (what ``LLMatcher.grammar_from_*``
         returns); ``bounds``: the schema whose string and array bounds the bound guard enforces next to it."""
-        ll_tokenizer = self.vocab.llguidance_tokenizer if self._ll_tokenizer is None else self._ll_tokenizer
+        ll_tokenizer = (
+            self.vocab.llguidance_tokenizers.for_grammar(grammar) if self._ll_tokenizer is None else self._ll_tokenizer
+        )
         prototype = llguidance.LLMatcher(ll_tokenizer, grammar, log_level=0)
         if prototype.is_error():
             raise on_error(prototype.get_error())

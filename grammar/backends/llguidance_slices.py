@@ -18,10 +18,17 @@ before runs of any case, so a lowercase-only class takes them wholesale too. A m
 of tokens with any slices (llguidance only takes a slice it has proved contained;
 tests/test_llguidance_slices.py compares them position by position); what changes is how much of
 the trie each mask walks.
+
+Each slice is also a lexeme of every grammar llguidance parses with that tokenizer, so the ten cost
+about 170 µs of every grammar's parse (a median MaskBench schema's, measured: 0.90 against 0.73 ms;
+docs/benchmarks.md, session 21). ``LLTokenizers`` keeps both tokenizers and gives a grammar the
+sliced one only where a slice can pay: a JSON Schema grammar none of whose strings is narrower than
+JSON string content parses with llguidance's own.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 #: Alphanumeric runs, shortest first, placed before llguidance's defaults: lowercase letters and
@@ -49,3 +56,41 @@ def with_tokenmold_slices(ll_tokenizer: Any) -> Any:
     import llguidance
 
     return ll_tokenizer.with_slices([*ALNUM_SLICES, *llguidance.LLTokenizer.general_slices()])
+
+
+#: How ``grammar_from_json_schema`` serializes a schema (llguidance 1.x); any other text is a grammar
+#: whose lexemes are not known here, and parses with the slices.
+_JSON_SCHEMA_GRAMMAR = '{ "grammars": [{ "json_schema": '
+
+#: Keywords that make a JSON string lexeme narrower than string content, or counted: the lexer
+#: states where a run of letters and digits can be taken wholesale and llguidance's slices cannot.
+#: Read in the text, so a property of one of these names also counts (the slices, as before).
+_NARROWING_KEYWORDS = ('"pattern"', '"format"', '"propertyNames"', '"patternProperties"', '"maxLength"')
+
+
+def wants_alnum_slices(grammar: str) -> bool:
+    """Whether ``grammar`` (llguidance's serialized form) may meet a lexer state where
+    ``ALNUM_SLICES`` save a trie walk: every grammar but a JSON schema's that names none of
+    ``_NARROWING_KEYWORDS`` (its strings are plain content, its numbers take no letters, its keys
+    and enums are literals)."""
+    if not grammar.startswith(_JSON_SCHEMA_GRAMMAR):
+        return True
+    return any(keyword in grammar for keyword in _NARROWING_KEYWORDS)
+
+
+@dataclass(frozen=True)
+class LLTokenizers:
+    """One vocabulary's llguidance tokenizers: ``plain`` with llguidance's own slices, ``sliced``
+    with tokenmold's before them. A mask is the same with either; ``for_grammar`` picks the one
+    that parses and masks ``grammar`` faster."""
+
+    plain: Any
+    sliced: Any
+
+    @classmethod
+    def of(cls, ll_tokenizer: Any) -> LLTokenizers:
+        """``ll_tokenizer`` (built with llguidance's default slices) and its sliced copy."""
+        return cls(ll_tokenizer, with_tokenmold_slices(ll_tokenizer))
+
+    def for_grammar(self, grammar: str) -> Any:
+        return self.sliced if wants_alnum_slices(grammar) else self.plain
