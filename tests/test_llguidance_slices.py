@@ -1,5 +1,6 @@
-"""tokenmold's llguidance slices (``tokenmold.grammar.backends.llguidance_slices``) change how a
-mask is computed, never which tokens it allows: masks with them equal llguidance's defaults at every
+"""tokenmold's llguidance tokenizers (``tokenmold.grammar.backends.llguidance_slices``: its slices,
+and string content alone) change how a mask is computed, never which tokens it allows: masks with
+either equal llguidance's defaults at every
 position of valid texts and of seeded random walks through counted patterns, formats, enums and
 bounded strings (the walks also take tokens that close a string and go on past it)."""
 
@@ -16,6 +17,7 @@ from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.backends.llguidance_slices import (
     ALNUM_SLICES,
+    STRING_CONTENT,
     LLTokenizers,
     wants_alnum_slices,
     with_tokenmold_slices,
@@ -60,10 +62,11 @@ CASES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizers(vocab):
-    plain = vocab.llguidance_default_tokenizer()
-    return plain, with_tokenmold_slices(plain)
+@pytest.fixture(scope="module", params=["sliced", "plain"])
+def tokenizers(request, vocab):
+    """llguidance's default tokenizer and one of tokenmold's two (``LLTokenizers``)."""
+    default = vocab.llguidance_default_tokenizer()
+    return default, getattr(LLTokenizers.of(default), request.param)
 
 
 def _matchers(tokenizers, schema):
@@ -81,7 +84,7 @@ def _same_mask(plain, sliced, where: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize(("schema", "value"), CASES, ids=[json.dumps(c[0])[:40] for c in CASES])
-def test_masks_with_tokenmold_slices_are_llguidances_own(vocab, tokenizers, schema, value) -> None:
+def test_masks_with_tokenmolds_tokenizers_are_llguidances_own(vocab, tokenizers, schema, value) -> None:
     text = json.dumps(value, separators=(",", ":"))
     plain, sliced = _matchers(tokenizers, schema)
     for position, token in enumerate(vocab.encode(text)):
@@ -167,3 +170,7 @@ def test_a_grammar_parses_with_the_tokenizer_its_strings_gain_by(vocab) -> None:
     finally:
         vocab.__dict__["llguidance_tokenizers"] = tokenizers
     assert picked == [tokenizers.sliced, tokenizers.plain]
+
+
+def test_the_plain_tokenizers_one_slice_is_llguidances_string_content() -> None:
+    assert llguidance.LLTokenizer.general_slices()[-1] == STRING_CONTENT

@@ -21,9 +21,12 @@ the trie each mask walks.
 
 Each slice is also a lexeme of every grammar llguidance parses with that tokenizer, so the ten cost
 about 170 µs of every grammar's parse (a median MaskBench schema's, measured: 0.90 against 0.73 ms;
-docs/benchmarks.md, session 21). ``LLTokenizers`` keeps both tokenizers and gives a grammar the
-sliced one only where a slice can pay: a JSON Schema grammar none of whose strings is narrower than
-JSON string content parses with llguidance's own.
+docs/benchmarks.md, session 21). ``LLTokenizers`` keeps a second tokenizer and gives a grammar the
+sliced one only where a slice can pay. A JSON Schema grammar none of whose strings is narrower than
+JSON string content parses with the other, whose one slice is string content of any length: every
+string there is unbounded (``maxLength`` sends a grammar to the sliced tokenizer), so llguidance's
+bounded content slices (1-10 and 1-30 characters) and its whitespace (compact JSON has none) would
+only be parsed, never used (55 µs more a grammar).
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ def with_tokenmold_slices(ll_tokenizer: Any) -> Any:
     return ll_tokenizer.with_slices([*ALNUM_SLICES, *llguidance.LLTokenizer.general_slices()])
 
 
+#: JSON string content of any length, as llguidance writes its own slice of it.
+STRING_CONTENT = '[^"\\\\\\x00-\\x1F\\x7F]+'
+
+
 #: How ``grammar_from_json_schema`` serializes a schema (llguidance 1.x); any other text is a grammar
 #: whose lexemes are not known here, and parses with the slices.
 _JSON_SCHEMA_GRAMMAR = '{ "grammars": [{ "json_schema": '
@@ -80,8 +87,8 @@ def wants_alnum_slices(grammar: str) -> bool:
 
 @dataclass(frozen=True)
 class LLTokenizers:
-    """One vocabulary's llguidance tokenizers: ``plain`` with llguidance's own slices, ``sliced``
-    with tokenmold's before them. A mask is the same with either; ``for_grammar`` picks the one
+    """One vocabulary's llguidance tokenizers: ``plain`` with string content as its one slice,
+    ``sliced`` with tokenmold's before llguidance's own. A mask is the same with either; ``for_grammar`` picks the one
     that parses and masks ``grammar`` faster."""
 
     plain: Any
@@ -89,8 +96,8 @@ class LLTokenizers:
 
     @classmethod
     def of(cls, ll_tokenizer: Any) -> LLTokenizers:
-        """``ll_tokenizer`` (built with llguidance's default slices) and its sliced copy."""
-        return cls(ll_tokenizer, with_tokenmold_slices(ll_tokenizer))
+        """``ll_tokenizer``'s copies with ``STRING_CONTENT`` alone and with tokenmold's slices."""
+        return cls(ll_tokenizer.with_slices([STRING_CONTENT]), with_tokenmold_slices(ll_tokenizer))
 
     def for_grammar(self, grammar: str) -> Any:
         return self.sliced if wants_alnum_slices(grammar) else self.plain
