@@ -1,4 +1,4 @@
-"""``python -m benchmarks masks|walk|repetition|apply|chain|rows ...`` from the repository root
+"""``python -m benchmarks masks|walk|repetition|apply|chain|rows|tokenizers ...`` from the repository root
 (``benchmarks/__init__.py``)."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from benchmarks.chain import run_chain
 from benchmarks.masks import run_masks
 from benchmarks.repetition import run_repetition
 from benchmarks.rows import run_rows
+from benchmarks.tokenizers import run_tokenizers
 from benchmarks.walk import run_walk
 
 #: Imported by module name (not run as ``__main__``), so the jobs pickled for the workers resolve.
@@ -20,6 +21,7 @@ COMMANDS = {
     "apply": run_apply,
     "chain": run_chain,
     "rows": run_rows,
+    "tokenizers": run_tokenizers,
 }
 
 

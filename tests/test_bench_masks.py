@@ -19,6 +19,7 @@ from benchmarks.corpus import sample, source_of
 from benchmarks.engines import ENGINE_NAMES
 from benchmarks.masks import run_masks
 from benchmarks.rows import run_rows
+from benchmarks.tokenizers import run_tokenizers
 from benchmarks.walk import run_walk
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
@@ -289,3 +290,16 @@ def test_rows_bench_prints_each_patterns_states_rows_and_build_times(capsys):
     assert (name, states) == ("^[a-z]{1,40}$", "41") and 0 < int(rows) < 41
     assert float(automaton_ms) > 0 and float(rows_ms) > 0
     assert lines[2].endswith("not held by the pattern guard")
+
+
+def test_tokenizers_bench_compiles_and_walks_every_file_both_ways(paths, capsys):
+    """``python -m benchmarks tokenizers``: each file compiled and walked with either choice of
+    llguidance tokenizer; the plain schemas here parse with the plain one; a line per choice."""
+    assert run_tokenizers([*paths, "--repeats", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("3 files compiled, 3 by llguidance, ")
+    assert int(lines[0].split(", ")[2].split()[0]) >= 1
+    assert [line.split("  ")[0] for line in lines[2:]] == ["sliced for all", "tokenmold's choice"]
+    for line in lines[2:]:
+        figures = [float(word) for word in line.split() if word.replace(".", "", 1).isdigit()]
+        assert len(figures) == 5 and all(figure > 0 for figure in figures)
