@@ -312,7 +312,7 @@ _BENCHES: dict[str, str] = {
 
 #: MaskBench (``masks``), the soundness walks and the mask-path measurements: the same commands as
 #: ``python -m benchmarks NAME`` from the repository root.
-_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows")
+_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers")
 
 
 def _bench(argv: list[str]) -> int:
