@@ -45,6 +45,30 @@ _FAMILY_KEYWORDS = (
     (NUMERIC, NUMBER_KEYS),
 )
 _TYPE_AND_VALUES = frozenset({"type", "enum", "const"})
+_PRIMITIVES = frozenset({"string", "integer", "number", "boolean", "null"})
+
+
+def plain_leaf(schema: Any, known: frozenset[str]) -> dict[str, Any] | None:
+    """What ``Merge.emit`` writes for ``schema`` alone if it is one primitive ``type`` with
+    annotations and words the draft does not know (``known``: its keywords; the merge drops the
+    others), else ``None``.
+
+    Most properties of real schemas are such leaves; merging each one (a ``Merge``, its families,
+    ``add`` and ``emit``) cost a tenth of a median MaskBench schema's normalization (173 against
+    156 µs). tests/normalize/test_normalize_properties.py checks the two agree (all 8,481 MaskBench
+    files agreed, strict or not)."""
+    if not isinstance(schema, dict):
+        return None
+    kind = schema.get("type")
+    if not isinstance(kind, str) or kind not in _PRIMITIVES:
+        return None
+    if any(key in known for key in schema if key != "type"):
+        return None
+    out: dict[str, Any] = {"type": kind}
+    for key in ANNOTATIONS:
+        if key in schema:
+            out[key] = schema[key]
+    return out
 
 
 class Merge:

@@ -27,7 +27,7 @@ from tokenmold.grammar.jsonschema.conjunct import Conjunct, Identity, Unsat, nev
 from tokenmold.grammar.jsonschema.depth import check_depth
 from tokenmold.grammar.jsonschema.distribute import Alternatives, distinct, layout
 from tokenmold.grammar.jsonschema.graph import check_ref_loops, finite, finite_definitions
-from tokenmold.grammar.jsonschema.merge import Merge
+from tokenmold.grammar.jsonschema.merge import Merge, plain_leaf
 from tokenmold.grammar.jsonschema.metaschema import LEGACY_REF, Checker, Draft, draft_of
 from tokenmold.grammar.jsonschema.refs import Resolver
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
@@ -237,6 +237,11 @@ class _Normalizer:
                 pointer=conjuncts[0].pointer if conjuncts else "",
                 keyword="max_depth",
             )
+        if len(conjuncts) == 1 and not settled:
+            leaf = plain_leaf(conjuncts[0].schema, self.known)
+            if leaf is not None:
+                self.enforce("type")
+                return leaf
         merge = Merge(self, conjuncts[0].pointer if conjuncts else settled[0].pointer if settled else "")
         inlined = {pointer for _, pointer, _ in settled}
         seen = {conj.identity() for conj in settled}
