@@ -211,7 +211,7 @@ class ShapeCompiler:
             kind, json_options = shape.kind.value, None
             payload = list(shape.source) if shape.kind is ShapeKind.CHOICE else shape.source
         token_grammar, spec, memory = self._compile_with(
-            self._backends_for(shape, options), kind, payload, json_options, len(shape.source_text().encode())
+            self._backends_for(shape, options), kind, payload, json_options, len(shape.source_bytes)
         )
         report = report.for_engine(spec.backend)
         floor = output_floor(normalized, self.vocab) if normalized is not None else None
