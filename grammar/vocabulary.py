@@ -101,8 +101,9 @@ class Vocabulary:
 
     @cached_property
     def llguidance_tokenizers(self) -> LLTokenizers:
-        """llguidance's tokenizer with its own slices and with tokenmold's before them
-        (``backends/llguidance_slices.py``); a grammar parses with the one ``for_grammar`` picks."""
+        """llguidance's tokenizer with string content as its one slice and with tokenmold's slices
+        before llguidance's own (``backends/llguidance_slices.py``); a grammar parses with the one
+        ``for_grammar`` picks."""
         from tokenmold.grammar.backends.llguidance_slices import LLTokenizers
 
         return LLTokenizers.of(self.llguidance_default_tokenizer())

@@ -88,8 +88,8 @@ def wants_alnum_slices(grammar: str) -> bool:
 @dataclass(frozen=True)
 class LLTokenizers:
     """One vocabulary's llguidance tokenizers: ``plain`` with string content as its one slice,
-    ``sliced`` with tokenmold's before llguidance's own. A mask is the same with either; ``for_grammar`` picks the one
-    that parses and masks ``grammar`` faster."""
+    ``sliced`` with tokenmold's before llguidance's own. A mask is the same with either;
+    ``for_grammar`` picks the one that parses and masks ``grammar`` faster."""
 
     plain: Any
     sliced: Any
