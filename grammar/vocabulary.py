@@ -94,7 +94,8 @@ class Vocabulary:
 
     def llguidance_default_tokenizer(self) -> Any:
         """A new llguidance tokenizer as llguidance builds it (its default slices): the benchmarks'
-        raw llguidance and the slices' tests use it (a tokenizer of its own, not tokenmold's)."""
+        raw llguidance and the slices' tests use it, and tokenmold's two (``llguidance_tokenizers``)
+        are copies of it with other slices."""
         import llguidance.hf
 
         return llguidance.hf.from_tokenizer(self.hf_tokenizer, n_vocab=self.vocab_size)
