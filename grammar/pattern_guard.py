@@ -209,7 +209,7 @@ class PatternTokens:
 
     def _build(self, machine: Automaton) -> PatternRows:
         lookup = np.array([0] + [machine.class_of(c) for c in self.chars], dtype=np.int64)
-        runs = run_texts(machine.moves, lookup, self._texts)
+        runs = run_texts(machine.moves, lookup, machine.rest, self._texts)
         texts = runs.texts
         # Each text is judged by how it ends, from every state (once per way of ending and mode);
         # the texts not run die everywhere.

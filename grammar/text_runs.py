@@ -1,6 +1,8 @@
 """A vocabulary's texts run through a pattern's automaton from every state at once, for the
 pattern guard's rows (``tokenmold.grammar.pattern_guard``): the texts as a trie of their
-characters, built once per vocabulary, and the run over it, once per pattern."""
+characters, built once per vocabulary, and the run over it, once per pattern; or, where the
+pattern reads apart from the characters it does not name only characters few texts write (a
+newline for ``.``), the others by their length alone and those few one at a time."""
 
 from __future__ import annotations
 
@@ -41,6 +43,15 @@ class Trie(NamedTuple):
     tail_nodes: np.ndarray
     tail_lengths: np.ndarray
     tail: np.ndarray
+    #: Every text by rank (longest first): ``order[r]`` is the text of rank ``r``, ``sizes[r]``
+    #: its length and ``flat[starts[r]:][:sizes[r]]`` its characters.
+    order: np.ndarray
+    sizes: np.ndarray
+    starts: np.ndarray
+    flat: np.ndarray
+    #: Per character ``c``, the ranks of the texts that write it: ``holders[holding[c]:holding[c + 1]]``.
+    holding: np.ndarray
+    holders: np.ndarray
 
 
 #: The trie's tail begins where fewer texts than this go on (past 12 characters in the embedded
@@ -58,7 +69,7 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
     lengths = np.array([len(t) for t in texts], dtype=np.int64)
     order = np.argsort(-lengths, kind="stable")
     ranked = [texts[i] for i in order.tolist()]
-    flat = [index.setdefault(c, len(index) + 1) for text in ranked for c in text]
+    flat = np.array([index.setdefault(c, len(index) + 1) for text in ranked for c in text], dtype=np.int32)
     sizes = lengths[order]
     starts = np.cumsum(sizes) - sizes
     columns: np.ndarray = np.zeros((int(lengths.max(initial=0)), len(texts)), dtype=np.int32)
@@ -82,19 +93,43 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
         node = inverse.reshape(-1)
     running = longer[tail_from + 1]
     tail = np.ascontiguousarray(columns[tail_from:, :running])
+    # Each (character, text) once, by character: the texts that write each character.
+    many = max(len(texts), 1)
+    pairs = np.sort(flat.astype(np.int64) * many + np.repeat(np.arange(len(texts)), sizes))
+    pairs = pairs[np.append(True, pairs[1:] != pairs[:-1])] if len(pairs) else pairs  # np.unique: 10x slower
+    holding = np.asarray(np.searchsorted(pairs // many, np.arange(len(index) + 2)))
     return Trie(
-        parents, chars, ending, ends_at, tail_from, order[:running], tail_nodes, sizes[:running] - tail_from, tail
+        parents,
+        chars,
+        ending,
+        ends_at,
+        tail_from,
+        order[:running],
+        tail_nodes,
+        sizes[:running] - tail_from,
+        tail,
+        order,
+        sizes,
+        starts,
+        flat,
+        holding,
+        pairs % many,
     )
 
 
-def run_texts(moves: np.ndarray, lookup: np.ndarray, texts: Trie) -> Runs:
+def run_texts(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> Runs:
     """Where the texts (characters by ``lookup``'s class) lead from every state. One level of the
     trie at a time, over its nodes' distinct prefixes by class (``prefix[n]``; -1: a node no state
     survives, which stops its subtree: for most patterns, most texts at their first character);
     ``reached[s, p]``: where class prefix ``p`` leads from state ``s``. For a small automaton,
-    the trie's tail then one text at a time (``_TAIL_STATES``)."""
+    the trie's tail then one text at a time (``_TAIL_STATES``). Where few texts write a character
+    the automaton reads apart from those it does not name (class ``rest``), the others are run by
+    their length alone and those few one at a time, without the trie (``_apart``)."""
     dead, count = len(moves) - 1, moves.shape[1]
     ended = _Ended()
+    apart = _apart(moves, lookup, rest, texts)
+    if apart is not None:
+        return _run_apart(moves, lookup, texts, apart, ended)
     prefix: np.ndarray = np.zeros(1, dtype=np.int64)
     reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]
     levels = texts.tail_from if dead < _TAIL_STATES else len(texts.parents)
@@ -121,21 +156,99 @@ def run_texts(moves: np.ndarray, lookup: np.ndarray, texts: Trie) -> Runs:
     if levels < len(texts.parents):
         start = prefix[texts.tail_nodes]
         going = start >= 0
-        lengths, tail, tail_texts = texts.tail_lengths[going], texts.tail[:, going], texts.tail_texts[going]
-        # ``running[k]``: how many of them (longest first) have more than ``k`` characters left.
-        running = (lengths[None, :] > np.arange(len(tail) + 1)[:, None]).sum(axis=1).tolist()
-        state = reached[:, start[going]]
-        for k in range(len(tail)):
-            if not running[k]:
-                break
-            state = moves[state[:, : running[k]], lookup[tail[k, : running[k]]]]
-            if running[k + 1] < running[k]:  # the texts of ``k + 1`` characters past the trie end here
-                ended.add(
-                    tail_texts[running[k + 1] : running[k]],
-                    state[:, running[k + 1] :],
-                    np.arange(running[k] - running[k + 1]),
-                )
+        _run_each(
+            moves,
+            lookup,
+            texts.tail[:, going],
+            reached[:, start[going]],
+            texts.tail_lengths[going],
+            texts.tail_texts[going],
+            ended,
+        )
     return ended.runs()
+
+
+def _run_each(
+    moves: np.ndarray,
+    lookup: np.ndarray,
+    chars: np.ndarray,
+    state: np.ndarray,
+    lengths: np.ndarray,
+    ids: np.ndarray,
+    ended: _Ended,
+) -> None:
+    """Texts run one character at a time (``chars[k, i]``: text ``i``'s ``k``-th character),
+    longest first (``lengths``), from ``state`` (a column each); each ends in ``ended``."""
+    # ``running[k]``: how many of them have more than ``k`` characters left.
+    running = (lengths[None, :] > np.arange(len(chars) + 1)[:, None]).sum(axis=1).tolist()
+    for k in range(len(chars)):
+        if not running[k]:
+            break
+        state = moves[state[:, : running[k]], lookup[chars[k, : running[k]]]]
+        if running[k + 1] < running[k]:  # the texts of ``k + 1`` characters end here
+            ended.add(
+                ids[running[k + 1] : running[k]], state[:, running[k + 1] :], np.arange(running[k] - running[k + 1])
+            )
+
+
+#: At most this many texts apart (``_apart``) are run one at a time, without the trie.
+_APART_TEXTS = 2048
+#: The others are run by their length where as many characters of ``rest`` keep some state
+#: alive: the trie's levels, past its first dozen or so, hold too few texts to be worth skipping.
+_APART_DEPTH = 16
+
+
+class _Apart(NamedTuple):
+    """The ranks of the texts run one at a time, and where ``k`` characters of ``rest`` lead
+    from each state (``by_length[:, k]``), for the others."""
+
+    ranks: np.ndarray
+    by_length: np.ndarray
+
+
+def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> _Apart | None:
+    """The texts that write a character of a class the automaton reads apart from ``rest`` (some
+    state moves differently on it), where they are few and the others go deep, so that those are
+    worth running by their length alone (``^.{1,256}$`` reads only a newline apart: 194 of 51,700
+    texts; ``^\\d{4}-\\d{2}T..:..$`` lets two characters of ``rest`` through, and the trie drops
+    the texts it would skip by the third). ``None``: run the trie."""
+    differs = (moves != moves[:, rest : rest + 1]).any(axis=0)
+    named = np.flatnonzero(differs[lookup[1:]]) + 1
+    counts = texts.holding[named + 1] - texts.holding[named]
+    if int(counts.sum()) > _APART_TEXTS:
+        return None
+    by_length = [np.arange(len(moves), dtype=moves.dtype)]
+    for _ in range(int(texts.sizes[0]) if len(texts.sizes) else 0):
+        by_length.append(moves[by_length[-1], rest])
+    reached = np.stack(by_length, axis=1)
+    if len(by_length) > _APART_DEPTH and (reached[:, _APART_DEPTH] == len(moves) - 1).all():
+        return None
+    return _Apart(np.unique(texts.holders[_spans(texts.holding[named], counts)]), reached)
+
+
+def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart, ended: _Ended) -> Runs:
+    """The texts not ``apart`` lead where as many characters of class ``rest`` lead (those that
+    leave some state alive); those apart are run one character at a time."""
+    plain: np.ndarray = np.ones(len(texts.sizes), dtype=bool)
+    plain[apart.ranks] = False
+    sizes = texts.sizes[plain]
+    kept = (apart.by_length != len(moves) - 1).any(axis=0)[sizes]
+    ended.add(texts.order[plain][kept], apart.by_length, sizes[kept])
+    lengths = texts.sizes[apart.ranks]
+    at = np.arange(int(lengths.max(initial=0)))[:, None]
+    inside = at < lengths[None, :]
+    chars: np.ndarray = np.zeros(inside.shape, dtype=np.int64)
+    chars[inside] = texts.flat[(texts.starts[apart.ranks][None, :] + at)[inside]]
+    state = np.repeat(np.arange(len(moves), dtype=moves.dtype)[:, None], len(apart.ranks), axis=1)
+    _run_each(moves, lookup, chars, state, lengths, texts.order[apart.ranks], ended)
+    return ended.runs()
+
+
+def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The indices ``starts[i] + j`` for ``j < counts[i]``, all spans one after another."""
+    ends = np.cumsum(counts)
+    spans: np.ndarray = np.repeat(starts - ends + counts, counts) + np.arange(int(ends[-1]) if len(ends) else 0)
+    return spans
 
 
 class _Ended:

@@ -1,6 +1,6 @@
 """A vocabulary's texts run through a pattern's automaton (``tokenmold.grammar.text_runs``): where
-each text leads from every state, over the trie's levels and over its tail, must be where the
-automaton leads it one character at a time."""
+each text leads from every state, over the trie's levels and over its tail, or by length and one
+at a time (the texts apart), must be where the automaton leads it one character at a time."""
 
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ import random
 import numpy as np
 import pytest
 
+from tokenmold.grammar import text_runs
 from tokenmold.grammar.pattern_guard import Automaton, automaton
 from tokenmold.grammar.text_runs import Runs, run_texts, trie
 
 #: Few states (the tail runs text by text) and many (prefixes merged level by level to the end).
 SMALL = "^[a-c]{2}-?[^x]*$"
 LARGE = "^[ab.]{1,80}$"
+#: Reads apart from the characters it does not name only a character few texts write.
+APART = "^[^z]*z?[^z]{0,70}$"
 
 
 def _texts(count: int, seed: int) -> list[str]:
     rng = random.Random(seed)
-    texts = ["", "a", "ab-"]
+    texts = ["", "a", "ab-", "z", "azb", "zz", "ab" * 20 + "z"]
     while len(texts) < count:  # long texts among short ones, on the pattern's characters mostly
         length = rng.choice([rng.randrange(6), rng.randrange(40)])
         texts.append("".join(rng.choice('abc.-x"é') for _ in range(length)))
@@ -35,9 +38,12 @@ def _check(machine: Automaton, texts: list[str], runs: Runs) -> None:
     assert len(set(runs.texts.tolist())) == len(runs.texts)  # each text ends once
 
 
-@pytest.mark.parametrize("pattern", [SMALL, LARGE])
+@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART])
 @pytest.mark.parametrize("count", [40, 6000])  # all in the tail; levels, then the tail
-def test_each_text_leads_where_the_automaton_leads_it(pattern, count) -> None:
+@pytest.mark.parametrize("apart", [True, False])  # texts apart run on their own where they may
+def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, monkeypatch) -> None:
+    if not apart:
+        monkeypatch.setattr(text_runs, "_APART_TEXTS", -1)
     machine = automaton(pattern)
     assert machine is not None
     assert (machine.dead < 64) == (pattern == SMALL)
@@ -46,4 +52,7 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count) -> None:
     built = trie(texts, index)
     assert (built.tail_from == 0) == (count < 2048)
     lookup = np.array([0] + [machine.class_of(c) for c in index], dtype=np.int64)
-    _check(machine, texts, run_texts(machine.moves, lookup, built))
+    # Past 2,048 texts SMALL's named characters are in too many; LARGE drops any other at once.
+    taken = text_runs._apart(machine.moves, lookup, machine.rest, built) is not None
+    assert taken == (apart and (pattern == APART or (pattern == SMALL and count < 2048)))
+    _check(machine, texts, run_texts(machine.moves, lookup, machine.rest, built))
