@@ -69,8 +69,18 @@ def test_anchored_patterns_with_a_counted_run_or_a_small_automaton_leave_the_gra
 @pytest.mark.parametrize(
     "pattern",
     # Few texts get past the first state (rows from their tokens alone) or most do (rows gathered
-    # from every token's), in up to eight rows or more (``^[a-z0-9-]{1,12}$``).
-    [ID, "^(?:ab){2}c[0-9]{0,3}$", "^[A-Z]{2}[^ab]{3}\\.[0-9]{1,2}$", SLUG, BASE64, BRANCHES, "^[a-z0-9-]{1,12}$"],
+    # from every token's), in up to four rows or more (``^[a-z0-9-]{1,12}$``); texts run by their
+    # length but the few with a newline (``^.{2,40}$``).
+    [
+        ID,
+        "^(?:ab){2}c[0-9]{0,3}$",
+        "^[A-Z]{2}[^ab]{3}\\.[0-9]{1,2}$",
+        SLUG,
+        BASE64,
+        BRANCHES,
+        "^[a-z0-9-]{1,12}$",
+        "^.{2,40}$",
+    ],
 )
 def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> None:
     """For contents reached by random walks of the pattern's characters, a token's bit is whether
