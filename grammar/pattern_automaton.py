@@ -18,15 +18,12 @@ does not name falls in one class (``rest``), as in interegular's alphabets.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import interegular
 import numpy as np
 from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenation, _Repeated
-
-from tokenmold.grammar.text_runs import alike_columns
 
 #: Distinct characters a pattern may name (a wide range in a class names each of its characters).
 MOST_NAMED = 4096
@@ -237,24 +234,19 @@ def _determinize(positions: _Positions, glushkov: _Glushkov, most_states: int) -
     return CharAutomaton(moves, frozenset(finals), classes, rest)
 
 
-def minimized(machine: CharAutomaton, weights: np.ndarray | None = None) -> CharAutomaton:
+def minimized(machine: CharAutomaton) -> CharAutomaton:
     """The same language with equivalent states merged (Moore's partition refinement: states split
-    by finality, then by the blocks their moves reach, until nothing splits).
-
-    A round compares states by one number, their block and their moves' blocks hashed by
-    ``weights`` (random odd 64-bit integers; a test passes its own), not by the whole row
-    (``o21850``'s 412 states take 30 rounds: 6.5 ms comparing rows, 1.5 hashing them). A collision
-    can only merge states, so the result is checked once, exactly: every block's states must agree
-    on finality and on the blocks of their moves. Such a partition keeps the language, and no
-    coarser one does; if a collision made one that fails the check, the rounds are redone
-    comparing whole rows."""
+    by finality, then by the blocks their moves reach, until nothing splits)."""
     moves = np.array([[-1 if move is None else move for move in row] for row in machine.moves], dtype=np.int64)
-    final = np.array([state in machine.finals for state in range(machine.size)], dtype=np.int64)
-    if weights is None:
-        weights = np.random.default_rng(machine.size).integers(1, 1 << 62, moves.shape[1] + 1) | 1
-    refined = _refined(moves, final, lambda rows: _hashed(rows, weights))
-    if not _stable(moves, final, refined):
-        refined = _refined(moves, final, _rows_alike)
+    block = np.array([state in machine.finals for state in range(machine.size)], dtype=np.int64)
+    count = len(np.unique(block))
+    while True:
+        signature = np.ascontiguousarray(np.column_stack([block, np.append(block, -1)[moves]]))  # no move: -1
+        _, refined = np.unique(signature.view(np.dtype((np.void, signature.shape[1] * 8))), return_inverse=True)
+        refined = refined.reshape(-1)
+        if int(refined.max()) + 1 == count:
+            break
+        block, count = refined, int(refined.max()) + 1
     # One state per block, numbered by where the block first appears: state 0's block stays first.
     first_of: dict[int, int] = {}
     for state, found in enumerate(refined.tolist()):
@@ -266,39 +258,3 @@ def minimized(machine: CharAutomaton, weights: np.ndarray | None = None) -> Char
     ]
     finals = frozenset(new[int(refined[state])] for state in machine.finals)
     return CharAutomaton(kept, finals, machine.classes, machine.rest)
-
-
-def _refined(moves: np.ndarray, final: np.ndarray, numbered: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Moore's rounds from the split by finality: each state's block, the blocks numbered by
-    ``numbered`` (which numbers the distinct rows of an array of signatures from 0)."""
-    block, count = final, len(np.unique(final))
-    while True:
-        refined = numbered(_signatures(moves, block))
-        found = int(refined.max()) + 1
-        if found == count:
-            return refined
-        block, count = refined, found
-
-
-def _signatures(moves: np.ndarray, block: np.ndarray) -> np.ndarray:
-    """Per state, its block and the block each move reaches (no move: -1)."""
-    signatures: np.ndarray = np.column_stack([block, np.append(block, -1)[moves]])
-    return signatures
-
-
-def _hashed(rows: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``rows`` numbered by one 64-bit hash each (wrapping products): equal rows, equal numbers."""
-    numbers: np.ndarray = np.unique((rows + 1).astype(np.uint64) @ weights.astype(np.uint64), return_inverse=True)[1]
-    return numbers.reshape(-1)
-
-
-def _rows_alike(rows: np.ndarray) -> np.ndarray:
-    """``rows`` numbered by their whole contents (``alike_columns`` of their transpose)."""
-    return alike_columns(rows.T)[1]
-
-
-def _stable(moves: np.ndarray, final: np.ndarray, block: np.ndarray) -> bool:
-    """Whether ``block`` is a partition Moore's rounds cannot refine: states of one block agree on
-    finality and on the blocks their moves reach."""
-    exact = _rows_alike(np.column_stack([final, _signatures(moves, block)]))
-    return int(exact.max()) == int(block.max())

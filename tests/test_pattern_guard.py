@@ -69,7 +69,7 @@ def test_anchored_patterns_with_a_counted_run_or_a_small_automaton_leave_the_gra
 @pytest.mark.parametrize(
     "pattern",
     # Few texts get past the first state (rows from their tokens alone) or most do (rows gathered
-    # from every token's), in up to four rows or more (``^[a-z0-9-]{1,12}$``); texts run by their
+    # from every token's), in up to eight rows or more (``^[a-z0-9-]{1,12}$``); texts run by their
     # length but the few with a newline (``^.{2,40}$``).
     [
         ID,
