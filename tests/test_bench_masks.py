@@ -95,6 +95,20 @@ def test_masks_report(paths, tmp_path, capsys):
     assert tokenmold["invalid_accepted_final"] == 0, tokenmold["examples"]
 
 
+def test_masks_rewalks_read_the_same_positions_apart(paths, tmp_path, capsys):
+    """``--rewalks``: each position of the first walk gets its fastest fill among the rewalks,
+    reported next to (not mixed into) the first walk's figures."""
+    out = tmp_path / "masks.json"
+    assert run_masks([paths[1], "--engines", "tokenmold", "--rewalks", "2", "--json", str(out)]) == 0
+    assert "rewalked mask p50/p99" in capsys.readouterr().out
+    stats = json.loads(out.read_text())["engines"]["tokenmold"]
+    rewalked = stats["rewalked"]
+    assert rewalked["masks_timed"] == stats["masks_timed"] > 0
+    assert set(rewalked["tbm_us"]) == PERCENTILES and rewalked["slow_masks"] <= rewalked["masks_timed"]
+    assert run_masks([paths[1], "--engines", "tokenmold", "--json", str(out)]) == 0
+    assert "rewalked" not in json.loads(out.read_text())["engines"]["tokenmold"]
+
+
 def test_masks_runs_as_tokenmold_bench_from_any_folder(paths, tmp_path):
     """``tokenmold bench masks``, as the issue that set MaskBench's targets names it, from a folder
     that is not the checkout: the checkout's benchmarks are found next to the installed package."""
