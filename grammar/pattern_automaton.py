@@ -239,7 +239,7 @@ def minimized(machine: CharAutomaton) -> CharAutomaton:
     by finality, then by the blocks their moves reach, until nothing splits)."""
     moves = np.array([[-1 if move is None else move for move in row] for row in machine.moves], dtype=np.int64)
     block = np.array([state in machine.finals for state in range(machine.size)], dtype=np.int64)
-    count = len(np.unique(block))
+    count = len(set(block.tolist()))  # not np.unique: its first call imports numpy.ma (10 ms)
     while True:
         signature = np.ascontiguousarray(np.column_stack([block, np.append(block, -1)[moves]]))  # no move: -1
         _, refined = np.unique(signature.view(np.dtype((np.void, signature.shape[1] * 8))), return_inverse=True)

@@ -21,6 +21,15 @@ def alike_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, of.reshape(-1)
 
 
+def sorted_distinct(values: np.ndarray) -> np.ndarray:
+    """``np.unique(values)`` by a sort: numpy 2.3's own, asked for no indices, hashes (10x slower
+    on the vocabulary's 338,000 character-text pairs) and imports ``numpy.ma`` on its first call
+    in a process (10 ms, paid by whichever compile first got there)."""
+    ordered = np.sort(values)
+    found: np.ndarray = ordered[np.append(True, ordered[1:] != ordered[:-1])] if len(ordered) else ordered
+    return found
+
+
 class Trie(NamedTuple):
     """A vocabulary's texts as a trie of their characters (indices into its distinct characters,
     from 1), one level per length. Texts share most of their first characters: the embedded
@@ -95,8 +104,7 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
     tail = np.ascontiguousarray(columns[tail_from:, :running])
     # Each (character, text) once, by character: the texts that write each character.
     many = max(len(texts), 1)
-    pairs = np.sort(flat.astype(np.int64) * many + np.repeat(np.arange(len(texts)), sizes))
-    pairs = pairs[np.append(True, pairs[1:] != pairs[:-1])] if len(pairs) else pairs  # np.unique: 10x slower
+    pairs = sorted_distinct(flat.astype(np.int64) * many + np.repeat(np.arange(len(texts)), sizes))
     holding = np.asarray(np.searchsorted(pairs // many, np.arange(len(index) + 2)))
     return Trie(
         parents,
@@ -223,7 +231,7 @@ def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> _Ap
     reached = np.stack(by_length, axis=1)
     if len(by_length) > _APART_DEPTH and (reached[:, _APART_DEPTH] == len(moves) - 1).all():
         return None
-    return _Apart(np.unique(texts.holders[_spans(texts.holding[named], counts)]), reached)
+    return _Apart(sorted_distinct(texts.holders[_spans(texts.holding[named], counts)]), reached)
 
 
 def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart, ended: _Ended) -> Runs:
