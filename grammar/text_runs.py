@@ -82,7 +82,8 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
     sizes = lengths[order]
     starts = np.cumsum(sizes) - sizes
     columns: np.ndarray = np.zeros((int(lengths.max(initial=0)), len(texts)), dtype=np.int32)
-    columns[np.arange(len(flat)) - np.repeat(starts, sizes), np.repeat(np.arange(len(texts)), sizes)] = flat
+    writer: np.ndarray = np.repeat(np.arange(len(texts)), sizes)  # the rank of the text each character is in
+    columns[np.arange(len(flat)) - np.repeat(starts, sizes), writer] = flat
     # ``longer[d + 1]``: how many texts are longer than ``d`` characters (``longer[0]``: all).
     longer = [len(texts)] + [int(np.count_nonzero(lengths > depth)) for depth in range(len(columns) + 1)]
     tail_from = next(depth for depth, running in enumerate(longer[1:]) if running < _TAIL_TEXTS)
@@ -104,7 +105,7 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
     tail = np.ascontiguousarray(columns[tail_from:, :running])
     # Each (character, text) once, by character: the texts that write each character.
     many = max(len(texts), 1)
-    pairs = sorted_distinct(flat.astype(np.int64) * many + np.repeat(np.arange(len(texts)), sizes))
+    pairs = sorted_distinct(flat.astype(np.int64) * many + writer)
     holding = np.asarray(np.searchsorted(pairs // many, np.arange(len(index) + 2)))
     return Trie(
         parents,
