@@ -88,14 +88,15 @@ def _parses(core: str) -> bool:
 def char_automaton(core: str) -> CharAutomaton | None:
     """The automaton of ``^core$`` (``tokenmold.grammar.pattern_automaton``) with at most
     ``MOST_STATES`` states (a format's: ``FORMAT_STATES``), minimized where the construction built
-    more; ``None`` past that, past ``MOST_BUILT`` states or ``MOST_STATES`` positions as built, or
-    where interegular cannot parse it."""
+    more or merged a search's states (each state the guard keeps costs it a row to build, about
+    what Moore's rounds cost for the whole automaton); ``None`` past that, past ``MOST_BUILT``
+    states or ``MOST_STATES`` positions as built, or where interegular cannot parse it."""
     most = FORMAT_STATES if f"^{core}$" in _FORMATS else MOST_STATES
     try:
         built = build(core, max(most, MOST_BUILT), max(most, MOST_STATES))
     except Exception:  # TooLarge, or interegular refuses what it does not know
         return None
-    if built.size > MOST_STATES:  # a search for several texts builds their prefixes more than once
+    if built.size > MOST_STATES or built.searched:  # a search builds its texts' prefixes more than once
         built = minimized(built)
     return built if built.size <= most else None
 

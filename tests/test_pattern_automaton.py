@@ -29,6 +29,12 @@ PATTERNS = [
     "(ab?|c){1,5}d?",  # optional copies that may be skipped, of a base that ends in two ways
     "[a.]{2,6}\\.?[a-c]{0,3}",
     "[a-c]{1,40}",
+    # universal positions (final, followed only by themselves) next to positions that read more
+    # than they do, or only what they do
+    "(?:x[a-c]*|.*xb.*z)",
+    "(?:.*ab.*|[^b]*\\n[a-c]*)",
+    "(?:.*a.*|.*b.*|[a-c]*=)",
+    "(?:[^a]*|.*b.*a)",
 ]
 ALPHABET = "ab-c=+/0x.'\n Z_:é"
 
@@ -57,9 +63,30 @@ def test_the_automaton_matches_what_the_validator_matches(core) -> None:
         assert _accepts(built, text) == expected == _accepts(smaller, text), text
 
 
-def test_minimizing_merges_what_a_search_for_several_texts_builds_twice() -> None:
+def test_a_search_merges_its_states_at_a_universal_position_and_minimizes() -> None:
+    # Without merging, the construction builds 147 states here (a partial match of the second text
+    # next to each full one) and minimizing leaves 55.
     built = build("(integration\\.response\\.header\\..).*|.*(integration\\.response\\.body\\..).*", 1200, 300)
-    assert minimized(built).size < built.size / 2
+    assert built.searched and built.size <= 61
+    assert minimized(built).size == 55
+    assert build("(?:.*a.*|.*b.*)", 1200, 300).size <= 5  # two universal positions, one state
+    # a universal position followed by nothing it does not take: nothing to merge
+    assert not build("[a-z]+", 1200, 300).searched and not build("(?:x[a-c]*|.*xb.*z)", 1200, 300).searched
+
+
+@pytest.mark.parametrize(
+    ("core", "texts"),
+    [
+        # after "xb" the state holds [a-c]* (universal) and b, after which [^a] reads more than it
+        ("(?:x[a-c]*|xb[^a]*)", ["xb", "xbz", "xbb", "xbzz", "xa", "xaz"]),
+        # [a-c]* final and looping, but = may follow it: not universal, its state not shared
+        ("(?:x[a-c]*=?|=[a-c]*)", ["=b", "=b=", "xb=", "x=", "=="]),
+    ],
+)
+def test_merging_keeps_what_a_universal_position_does_not_take(core, texts) -> None:
+    machine = build(core, 1200, 300)
+    for text in texts:
+        assert _accepts(machine, text) == (regex.fullmatch(core, text) is not None), text
 
 
 @pytest.mark.parametrize("core", ["[ab]*a[ab]{20}", "(?:[ab]*a[ab]{40}|x)", "(a|b)*a(a|b){30}"])
