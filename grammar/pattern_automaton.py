@@ -21,7 +21,7 @@ does not name falls in one class (``rest``), as in interegular's alphabets.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import interegular
 import numpy as np
@@ -245,14 +245,24 @@ def _determinize(positions: _Positions, glushkov: _Glushkov, most_states: int) -
     return CharAutomaton(moves, frozenset(finals), classes, rest, searched)
 
 
-def _universal_merges(positions: _Positions, last: int) -> list[tuple[int, int, int]]:
+class _Merge(NamedTuple):
+    """What a state holding a universal position may drop (``_universal_merges``)."""
+
+    #: The universal position's bit.
+    universal: int
+    #: The positions it covers: after each, only characters it takes are read.
+    covered: int
+    #: The bit kept for it: the lowest universal position with the same characters.
+    kept: int
+
+
+def _universal_merges(positions: _Positions, last: int) -> list[_Merge]:
     """For each universal position ``u`` (final, followed only by itself: after it the pattern
     takes any text of its characters, ``.*$``), which positions a state holding ``u`` may drop:
     those after which every character read is one of ``u``'s (their texts are ``u``'s already).
 
-    Returned as (``u``'s bit, the bits it covers, the bit kept for it): universal positions with
-    the same characters keep the lowest one, so their states coincide."""
-    merges: list[tuple[int, int, int]] = []
+    Universal positions with the same characters keep the lowest one, so their states coincide."""
+    merges: list[_Merge] = []
     kept_for: dict[tuple[frozenset[str], bool], int] = {}
     everything = (1 << len(positions.chars)) - 1
     for at in _bits(last):
@@ -269,7 +279,7 @@ def _universal_merges(positions: _Positions, last: int) -> list[tuple[int, int, 
                 if not reaching >> v & 1 and positions.follow[v] & (outside | reaching):
                     reaching |= 1 << v
                     grew = True
-        merges.append((1 << at, everything & ~reaching, kept))
+        merges.append(_Merge(1 << at, everything & ~reaching, kept))
     return merges
 
 
