@@ -263,24 +263,31 @@ def _universal_merges(positions: _Positions, last: int) -> list[_Merge]:
 
     Universal positions with the same characters keep the lowest one, so their states coincide."""
     merges: list[_Merge] = []
-    kept_for: dict[tuple[frozenset[str], bool], int] = {}
-    everything = (1 << len(positions.chars)) - 1
+    first_of: dict[tuple[frozenset[str], bool], _Merge] = {}  # the lowest one per characters
     for at in _bits(last):
         if positions.follow[at] != 1 << at:
             continue
         taken = positions.chars[at]
-        kept = kept_for.setdefault(taken, 1 << at)
-        outside = _union(1 << w for w, chars in enumerate(positions.chars) if not _within(chars, taken))
-        reaching = 0  # positions from which an outside one can be read: to a fixed point, backwards
-        grew = True
-        while grew:
-            grew = False
-            for v in range(len(positions.chars) - 1, -1, -1):
-                if not reaching >> v & 1 and positions.follow[v] & (outside | reaching):
-                    reaching |= 1 << v
-                    grew = True
-        merges.append(_Merge(1 << at, everything & ~reaching, kept))
+        first = first_of.get(taken)
+        if first is None:
+            first = first_of[taken] = _Merge(1 << at, _covered(positions, taken), 1 << at)
+        merges.append(first._replace(universal=1 << at))
     return merges
+
+
+def _covered(positions: _Positions, taken: tuple[frozenset[str], bool]) -> int:
+    """The positions after which every character read is one ``taken`` takes: all but those from
+    which a position reading another can be reached (to a fixed point, backwards)."""
+    outside = _union(1 << w for w, chars in enumerate(positions.chars) if not _within(chars, taken))
+    reaching = 0
+    grew = True
+    while grew:
+        grew = False
+        for v in range(len(positions.chars) - 1, -1, -1):
+            if not reaching >> v & 1 and positions.follow[v] & (outside | reaching):
+                reaching |= 1 << v
+                grew = True
+    return ((1 << len(positions.chars)) - 1) & ~reaching
 
 
 def _within(chars: tuple[frozenset[str], bool], of: tuple[frozenset[str], bool]) -> bool:

@@ -70,7 +70,7 @@ def test_a_search_merges_its_states_at_a_universal_position_and_minimizes() -> N
     assert built.searched and built.size <= 61
     assert minimized(built).size == 55
     assert build("(?:.*a.*|.*b.*)", 1200, 300).size <= 5  # two universal positions, one state
-    # a universal position followed by nothing it does not take: nothing to merge
+    # a universal position alone in its states, or beside positions that read more: nothing merged
     assert not build("[a-z]+", 1200, 300).searched and not build("(?:x[a-c]*|.*xb.*z)", 1200, 300).searched
 
 
