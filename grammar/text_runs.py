@@ -2,7 +2,9 @@
 pattern guard's rows (``tokenmold.grammar.pattern_guard``): the texts as a trie of their
 characters, built once per vocabulary, and the run over it, once per pattern; or, where the
 pattern reads apart from the characters it does not name only characters few texts write (a
-newline for ``.``), the others by their length alone and those few one at a time."""
+newline for ``.``), the others by their length alone and those few one at a time; where it does
+so only from some states (the ``.+`` after a literal), from those states so and from the others
+over the trie, which drops most texts at their first characters from a literal's states."""
 
 from __future__ import annotations
 
@@ -61,6 +63,8 @@ class Trie(NamedTuple):
     #: Per character ``c``, the ranks of the texts that write it: ``holders[holding[c]:holding[c + 1]]``.
     holding: np.ndarray
     holders: np.ndarray
+    #: Per character, how many texts begin with it.
+    beginning: np.ndarray
 
 
 #: The trie's tail begins where fewer texts than this go on (past 12 characters in the embedded
@@ -123,24 +127,57 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
         flat,
         holding,
         pairs % many,
+        np.bincount(flat[starts[sizes > 0]], minlength=len(index) + 1),
     )
 
 
 def run_texts(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> Runs:
-    """Where the texts (characters by ``lookup``'s class) lead from every state. One level of the
-    trie at a time, over its nodes' distinct prefixes by class (``prefix[n]``; -1: a node no state
-    survives, which stops its subtree: for most patterns, most texts at their first character);
-    ``reached[s, p]``: where class prefix ``p`` leads from state ``s``. For a small automaton,
-    the trie's tail then one text at a time (``_TAIL_STATES``). Where few texts write a character
-    the automaton reads apart from those it does not name (class ``rest``), the others are run by
-    their length alone and those few one at a time, without the trie (``_apart``)."""
+    """Where the texts (characters by ``lookup``'s class) lead from every state. The states from
+    which the automaton reads apart from the characters it does not name (class ``rest``) only
+    characters few texts write (``_wide``: the ``.+`` after a literal) run those few texts one at a
+    time and the others by their length alone (``_run_apart``); the other states walk the trie
+    (``_walk``), on their own where it drops most texts at their first characters from them (a
+    literal's letters: walked from the ``.+`` too, it would drop none)."""
+    everyone = np.arange(len(moves), dtype=moves.dtype)
+    wide = _wide(moves, lookup, rest, texts)
+    if wide is None:
+        return _walk(moves, lookup, texts, everyone)
+    others: np.ndarray = np.ones(len(moves), dtype=bool)
+    others[wide] = False
+    narrow = everyone[others]
+    if len(narrow) and not _drops(moves, lookup, narrow, wide, texts):
+        return _walk(moves, lookup, texts, everyone)
+    apart = _run_apart(moves, lookup, texts, _apart(moves, lookup, rest, texts, wide))
+    return _joined(len(moves), _walk(moves, lookup, texts, narrow), narrow, apart) if len(narrow) else apart
+
+
+def _drops(moves: np.ndarray, lookup: np.ndarray, narrow: np.ndarray, wide: np.ndarray, texts: Trie) -> bool:
+    """Whether the trie walk from the ``narrow`` states alone would drop nearly every text early,
+    as a literal's letters do (a search's ``.*`` drops none): where at most one text in four goes
+    on from them at its first character, and one in sixteen into a live ``wide`` state, from
+    which nearly every text goes on (a literal's last letter, into its ``.+``; the first letter
+    of ``^[a-z].*$``)."""
+    dead = len(moves) - 1
+    into: np.ndarray = np.zeros(len(moves), dtype=bool)
+    into[wide] = True
+    into[dead] = False
+    beginning = np.bincount(lookup, weights=texts.beginning, minlength=moves.shape[1])  # per class
+    going = beginning[(moves[narrow] != dead).any(axis=0)].sum()
+    lasting = beginning[into[moves[narrow]].any(axis=0)].sum()
+    total = beginning.sum()
+    return bool(going * 4 <= total and lasting * 16 <= total)
+
+
+def _walk(moves: np.ndarray, lookup: np.ndarray, texts: Trie, starts: np.ndarray) -> Runs:
+    """Where the texts lead from the states ``starts`` (the rows of the runs' ends), over the
+    trie: one level at a time, over its nodes' distinct prefixes by class (``prefix[n]``; -1: a
+    node no state survives, which stops its subtree: for most patterns, most texts at their
+    first character); ``reached[s, p]``: where class prefix ``p`` leads from start ``s``. For a
+    small automaton, the trie's tail then one text at a time (``_TAIL_STATES``)."""
     dead, count = len(moves) - 1, moves.shape[1]
     ended = _Ended()
-    apart = _apart(moves, lookup, rest, texts)
-    if apart is not None:
-        return _run_apart(moves, lookup, texts, apart, ended)
     prefix: np.ndarray = np.zeros(1, dtype=np.int64)
-    reached: np.ndarray = np.arange(dead + 1, dtype=np.int32)[:, None]
+    reached: np.ndarray = starts[:, None]
     levels = texts.tail_from if dead < _TAIL_STATES else len(texts.parents)
     for depth in range(levels + 1):
         at = prefix[texts.ends_at[depth]]
@@ -153,7 +190,7 @@ def run_texts(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> 
         before = prefix[texts.parents[depth]]
         going = before >= 0
         if not going.any():
-            return ended.runs()
+            return ended.runs(len(starts))
         extended, after = distinct(before[going] * count + lookup[texts.chars[depth][going]], reached.shape[1] * count)
         reached = moves[reached[:, extended // count], extended % count]
         if reached.shape[1] > _MERGED_FROM:  # prefixes that lead every state alike go on as one
@@ -174,7 +211,7 @@ def run_texts(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> 
             texts.tail_texts[going],
             ended,
         )
-    return ended.runs()
+    return ended.runs(len(starts))
 
 
 def _run_each(
@@ -208,36 +245,67 @@ _APART_DEPTH = 16
 
 
 class _Apart(NamedTuple):
-    """The ranks of the texts run one at a time, and where ``k`` characters of ``rest`` lead
-    from each state (``by_length[:, k]``), for the others."""
+    """The states run apart (every state they lead to among them), the ranks of the texts run
+    one at a time, and where ``k`` characters of ``rest`` lead from each of those states
+    (``by_length[i, k]``), for the others."""
 
+    states: np.ndarray
     ranks: np.ndarray
     by_length: np.ndarray
 
 
-def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> _Apart | None:
-    """The texts that write a character of a class the automaton reads apart from ``rest`` (some
-    state moves differently on it), where they are few and the others go deep, so that those are
-    worth running by their length alone (``^.{1,256}$`` reads only a newline apart: 194 of 51,700
-    texts; ``^\\d{4}-\\d{2}T..:..$`` lets two characters of ``rest`` through, and the trie drops
-    the texts it would skip by the third). ``None``: run the trie."""
-    differs = (moves != moves[:, rest : rest + 1]).any(axis=0)
-    named = np.flatnonzero(differs[lookup[1:]]) + 1
-    counts = texts.holding[named + 1] - texts.holding[named]
-    if int(counts.sum()) > _APART_TEXTS:
+def _wide(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> np.ndarray | None:
+    """The states from which the automaton reads apart from ``rest`` only characters few texts
+    write, and which lead only to such states (the dead one among them): of those that read
+    apart fewer texts each, the half that read apart the most are dropped until all of them
+    together read few. ``None``: none but the dead one, or none from which ``rest`` goes deep
+    (``^\\d{4}-\\d{2}T..:..$`` lets two characters of it through, and the trie drops the texts
+    it would skip by the third)."""
+    dead = len(moves) - 1
+    deep = np.arange(len(moves))
+    for _ in range(_APART_DEPTH):
+        deep = moves[deep, rest]
+    if (deep == dead).all():
         return None
-    by_length = [np.arange(len(moves), dtype=moves.dtype)]
+    differs = moves != moves[:, rest : rest + 1]  # per state, the classes it reads apart
+    writers = np.bincount(lookup[1:], weights=texts.holding[2:] - texts.holding[1:-1], minlength=moves.shape[1])
+    own = differs.astype(np.float64) @ writers
+    kept = own <= _APART_TEXTS
+    while True:
+        while True:  # keep the states that lead only to kept ones
+            closed = kept & kept[moves].all(axis=1)
+            if (closed == kept).all():
+                break
+            kept = closed
+        if writers[differs[kept].any(axis=0)].sum() <= _APART_TEXTS:
+            break
+        reading = kept & (own > 0)
+        if not reading.any():
+            return None
+        kept &= own < np.median(own[reading])
+    states = np.flatnonzero(kept).astype(moves.dtype)
+    return states if (deep[states] != dead).any() else None
+
+
+def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie, states: np.ndarray) -> _Apart:
+    """From the ``_wide`` ``states``, the texts that write a character they read apart from
+    ``rest`` (``^.{1,256}$`` reads only a newline apart: 194 of 51,700 texts), and where as many
+    characters of ``rest`` as the others have lead."""
+    by_length = [states]
     for _ in range(int(texts.sizes[0]) if len(texts.sizes) else 0):
         by_length.append(moves[by_length[-1], rest])
-    reached = np.stack(by_length, axis=1)
-    if len(by_length) > _APART_DEPTH and (reached[:, _APART_DEPTH] == len(moves) - 1).all():
-        return None
-    return _Apart(sorted_distinct(texts.holders[_spans(texts.holding[named], counts)]), reached)
+    differs = (moves[states] != moves[states, rest : rest + 1]).any(axis=0)
+    named = np.flatnonzero(differs[lookup[1:]]) + 1
+    counts = texts.holding[named + 1] - texts.holding[named]
+    ranks = sorted_distinct(texts.holders[_spans(texts.holding[named], counts)])
+    return _Apart(states, ranks, np.stack(by_length, axis=1))
 
 
-def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart, ended: _Ended) -> Runs:
-    """The texts not ``apart`` lead where as many characters of class ``rest`` lead (those that
-    leave some state alive); those apart are run one character at a time."""
+def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart) -> Runs:
+    """From ``apart``'s states (the rows of the runs' ends), the texts not apart lead where as
+    many characters of class ``rest`` lead (those that leave some state alive); those apart are
+    run one character at a time."""
+    ended = _Ended()
     plain: np.ndarray = np.ones(len(texts.sizes), dtype=bool)
     plain[apart.ranks] = False
     sizes = texts.sizes[plain]
@@ -248,9 +316,31 @@ def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart
     inside = at < lengths[None, :]
     chars: np.ndarray = np.zeros(inside.shape, dtype=np.int64)
     chars[inside] = texts.flat[(texts.starts[apart.ranks][None, :] + at)[inside]]
-    state = np.repeat(np.arange(len(moves), dtype=moves.dtype)[:, None], len(apart.ranks), axis=1)
+    state = np.repeat(apart.states[:, None], len(apart.ranks), axis=1)
     _run_each(moves, lookup, chars, state, lengths, texts.order[apart.ranks], ended)
-    return ended.runs()
+    return ended.runs(len(apart.states))
+
+
+def _joined(size: int, narrow: Runs, states: np.ndarray, wide: Runs) -> Runs:
+    """The runs from the ``narrow`` states (rows ``states``, few texts ended) and from the
+    ``wide`` ones (the others: nearly every text ended) as one: the wide run's columns, dead from
+    the narrow states, and a column per pair of columns the narrow run's texts end in (a text the
+    wide run did not end dies from its states)."""
+    dead, count = size - 1, len(wide.ends[0]) if len(wide.ends) else 0
+    rows: np.ndarray = np.ones(size, dtype=bool)
+    rows[states] = False
+    column: np.ndarray = np.full(max(int(wide.texts.max(initial=-1)), int(narrow.texts.max(initial=-1))) + 1, count)
+    column[wide.texts] = wide.which
+    present: np.ndarray = column < count
+    pairs, which = distinct(narrow.which * (count + 1) + column[narrow.texts], narrow.ends.shape[1] * (count + 1))
+    ends: np.ndarray = np.full((size, count + len(pairs)), dead, dtype=wide.ends.dtype)
+    ends[rows, :count] = wide.ends
+    ends[rows, count:] = np.pad(wide.ends, ((0, 0), (0, 1)), constant_values=dead)[:, pairs % (count + 1)]
+    ends[states, count:] = narrow.ends[:, pairs // (count + 1)]
+    column[narrow.texts] = count + which
+    present[narrow.texts] = True
+    texts = np.flatnonzero(present)  # np.union1d hashes: 5 ms
+    return Runs(texts, column[texts], ends)
 
 
 def _spans(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
@@ -276,7 +366,10 @@ class _Ended:
         self.which.append(self.known + which)
         self.known += ends.shape[1]
 
-    def runs(self) -> Runs:
+    def runs(self, starts: int) -> Runs:
+        """The runs so far (from ``starts`` states: none ended, no column)."""
+        if not self.texts:
+            return Runs(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros((starts, 0), dtype=np.int32))
         return Runs(np.concatenate(self.texts), np.concatenate(self.which), np.concatenate(self.ends, axis=1))
 
 

@@ -5,6 +5,7 @@ at a time (the texts apart), must be where the automaton leads it one character 
 from __future__ import annotations
 
 import random
+import string
 
 import numpy as np
 import pytest
@@ -18,14 +19,18 @@ SMALL = "^[a-c]{2}-?[^x]*$"
 LARGE = "^[ab.]{1,80}$"
 #: Reads apart from the characters it does not name only a character few texts write.
 APART = "^[^z]*z?[^z]{0,70}$"
+#: Reads its literals apart, then, in its ``.*``, nothing (every text is run by its length from
+#: there, the literals' states walk the trie); a search's first ``.*`` keeps every text going.
+SPLIT = '^(?:ab\\.c|x-)"?.*$'
+SEARCH = "^.*(?:ab|x-).*$"
 
 
-def _texts(count: int, seed: int) -> list[str]:
+def _texts(count: int, seed: int, alphabet: str = 'abc.-x"é') -> list[str]:
     rng = random.Random(seed)
     texts = ["", "a", "ab-", "z", "azb", "zz", "ab" * 20 + "z"]
     while len(texts) < count:  # long texts among short ones, on the pattern's characters mostly
         length = rng.choice([rng.randrange(6), rng.randrange(40)])
-        texts.append("".join(rng.choice('abc.-x"é') for _ in range(length)))
+        texts.append("".join(rng.choice(alphabet) for _ in range(length)))
     return texts
 
 
@@ -38,21 +43,28 @@ def _check(machine: Automaton, texts: list[str], runs: Runs) -> None:
     assert len(set(runs.texts.tolist())) == len(runs.texts)  # each text ends once
 
 
-@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART])
+@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH])
 @pytest.mark.parametrize("count", [40, 6000])  # all in the tail; levels, then the tail
 @pytest.mark.parametrize("apart", [True, False])  # texts apart run on their own where they may
 def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, monkeypatch) -> None:
     if not apart:
         monkeypatch.setattr(text_runs, "_APART_TEXTS", -1)
+    ran: list[str] = []
+    for name in ("_run_apart", "_joined"):
+        original = getattr(text_runs, name)
+        monkeypatch.setattr(text_runs, name, lambda *args, _run=original, _name=name: ran.append(_name) or _run(*args))
     machine = automaton(pattern)
     assert machine is not None
-    assert (machine.dead < 64) == (pattern == SMALL)
-    texts = _texts(count, count)
+    assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH))
+    # SPLIT's literals take few of many letters, so the trie drops most texts from their states.
+    texts = _texts(count, count, string.ascii_letters + string.digits + '.-"é' if pattern == SPLIT else 'abc.-x"é')
     index: dict[str, int] = {}
     built = trie(texts, index)
     assert (built.tail_from == 0) == (count < 2048)
     lookup = np.array([0] + [machine.class_of(c) for c in index], dtype=np.int64)
-    # Past 2,048 texts SMALL's named characters are in too many; LARGE drops any other at once.
-    taken = text_runs._apart(machine.moves, lookup, machine.rest, built) is not None
-    assert taken == (apart and (pattern == APART or (pattern == SMALL and count < 2048)))
     _check(machine, texts, run_texts(machine.moves, lookup, machine.rest, built))
+    # Past 2,048 texts SMALL's named characters are in too many; LARGE drops any other at once;
+    # past 2,048 only SPLIT's ``.*`` is run apart, its literals walk the trie.
+    few = count < 2048
+    assert ("_run_apart" in ran) == (apart and (pattern in (APART, SPLIT) or (few and pattern in (SMALL, SEARCH))))
+    assert ("_joined" in ran) == (apart and not few and pattern == SPLIT)
