@@ -326,7 +326,7 @@ def _joined(size: int, narrow: Runs, states: np.ndarray, wide: Runs) -> Runs:
     ``wide`` ones (the others: nearly every text ended) as one: the wide run's columns, dead from
     the narrow states, and a column per pair of columns the narrow run's texts end in (a text the
     wide run did not end dies from its states)."""
-    dead, count = size - 1, len(wide.ends[0]) if len(wide.ends) else 0
+    dead, count = size - 1, wide.ends.shape[1]
     rows: np.ndarray = np.ones(size, dtype=bool)
     rows[states] = False
     column: np.ndarray = np.full(max(int(wide.texts.max(initial=-1)), int(narrow.texts.max(initial=-1))) + 1, count)
