@@ -23,6 +23,11 @@ APART = "^[^z]*z?[^z]{0,70}$"
 #: there, the literals' states walk the trie); a search's first ``.*`` keeps every text going.
 SPLIT = '^(?:ab\\.c|x-)"?.*$'
 SEARCH = "^.*(?:ab|x-).*$"
+#: Read one class only (``LARGE`` too): texts of it are run by their length, the others die; one
+#: with a character beyond ASCII (run one at a time), one that dies within a few characters (the
+#: trie drops the rest at once).
+CLASS = "^[a-cé.-]+$"
+SHORT = "^[a-c]{2}$"
 
 
 def _texts(count: int, seed: int, alphabet: str = 'abc.-x"é') -> list[str]:
@@ -43,7 +48,7 @@ def _check(machine: Automaton, texts: list[str], runs: Runs) -> None:
     assert len(set(runs.texts.tolist())) == len(runs.texts)  # each text ends once
 
 
-@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH])
+@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH, CLASS, SHORT])
 @pytest.mark.parametrize("count", [40, 6000])  # all in the tail; levels, then the tail
 @pytest.mark.parametrize("apart", [True, False])  # texts apart run on their own where they may
 def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, monkeypatch) -> None:
@@ -53,9 +58,11 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     for name in ("_run_apart", "_joined"):
         original = getattr(text_runs, name)
         monkeypatch.setattr(text_runs, name, lambda *args, _run=original, _name=name: ran.append(_name) or _run(*args))
+    one_class = text_runs._one_class
+    monkeypatch.setattr(text_runs, "_one_class", lambda *args: ran.append("class") or one_class(*args))
     machine = automaton(pattern)
     assert machine is not None
-    assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH))
+    assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH, CLASS, SHORT))
     # SPLIT's literals take few of many letters, so the trie drops most texts from their states.
     texts = _texts(count, count, string.ascii_letters + string.digits + '.-"é' if pattern == SPLIT else 'abc.-x"é')
     index: dict[str, int] = {}
@@ -66,5 +73,9 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     # Past 2,048 texts SMALL's named characters are in too many; LARGE drops any other at once;
     # past 2,048 only SPLIT's ``.*`` is run apart, its literals walk the trie.
     few = count < 2048
-    assert ("_run_apart" in ran) == (apart and (pattern in (APART, SPLIT) or (few and pattern in (SMALL, SEARCH))))
+    by_class = pattern in (LARGE, CLASS)  # SHORT's class dies past two characters: left to the trie
+    assert ("class" in ran) == (pattern in (LARGE, CLASS, SHORT))
+    assert ("_run_apart" in ran) == (
+        by_class or (apart and (pattern in (APART, SPLIT) or (few and pattern in (SMALL, SEARCH))))
+    )
     assert ("_joined" in ran) == (apart and not few and pattern == SPLIT)
