@@ -315,12 +315,26 @@ def _wide(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> np.n
 def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie, states: np.ndarray) -> _Apart:
     """From the ``_wide`` ``states``, the texts that write a character they read apart from
     ``rest`` (``^.{1,256}$`` reads only a newline apart: 194 of 51,700 texts), and where as many
-    characters of ``rest`` as the others have lead."""
+    characters of ``rest`` as the others have lead. A text that writes a character which kills
+    from every one of those states (the newline, for ``.``) dies from all of them, as they lead
+    only to each other: it is not run at all."""
+    dead = len(moves) - 1
     differs = (moves[states] != moves[states, rest : rest + 1]).any(axis=0)
     named = np.flatnonzero(differs[lookup[1:]]) + 1
-    counts = texts.holding[named + 1] - texts.holding[named]
-    ranks = sorted_distinct(texts.holders[_spans(texts.holding[named], counts)])
-    return _Apart(states, ranks, _by_length(moves, states, rest, texts))
+    killing = (moves[states] == dead).all(axis=0)[lookup[named]]
+    ranks = _writers(texts, named[~killing])
+    if not killing.any():
+        return _Apart(states, ranks, _by_length(moves, states, rest, texts))
+    plain: np.ndarray = np.ones(len(texts.sizes), dtype=bool)
+    plain[_writers(texts, named[killing])] = False
+    return _Apart(states, ranks[plain[ranks]], _by_length(moves, states, rest, texts), plain)
+
+
+def _writers(texts: Trie, chars: np.ndarray) -> np.ndarray:
+    """The ranks of the texts that write any of ``chars``, once each, in order."""
+    counts = texts.holding[chars + 1] - texts.holding[chars]
+    found: np.ndarray = sorted_distinct(texts.holders[_spans(texts.holding[chars], counts)])
+    return found
 
 
 def _by_length(moves: np.ndarray, states: np.ndarray, read: int, texts: Trie) -> np.ndarray:

@@ -28,6 +28,8 @@ SEARCH = "^.*(?:ab|x-).*$"
 #: trie drops the rest at once).
 CLASS = "^[a-cé.-]+$"
 SHORT = "^[a-c]{2}$"
+#: Reads a newline apart, which kills from every state: the texts that write one are not run.
+LINES = "^.{2,70}$"
 
 
 def _texts(count: int, seed: int, alphabet: str = 'abc.-x"é') -> list[str]:
@@ -48,7 +50,7 @@ def _check(machine: Automaton, texts: list[str], runs: Runs) -> None:
     assert len(set(runs.texts.tolist())) == len(runs.texts)  # each text ends once
 
 
-@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH, CLASS, SHORT])
+@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH, CLASS, SHORT, LINES])
 @pytest.mark.parametrize("count", [40, 6000])  # all in the tail; levels, then the tail
 @pytest.mark.parametrize("apart", [True, False])  # texts apart run on their own where they may
 def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, monkeypatch) -> None:
@@ -58,13 +60,16 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     for name in ("_run_apart", "_joined"):
         original = getattr(text_runs, name)
         monkeypatch.setattr(text_runs, name, lambda *args, _run=original, _name=name: ran.append(_name) or _run(*args))
-    one_class = text_runs._one_class
+    one_class, apart_of = text_runs._one_class, text_runs._apart
     monkeypatch.setattr(text_runs, "_one_class", lambda *args: ran.append("class") or one_class(*args))
+    monkeypatch.setattr(text_runs, "_apart", lambda *args: _noted(apart_of(*args), ran))
     machine = automaton(pattern)
     assert machine is not None
     assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH, CLASS, SHORT))
     # SPLIT's literals take few of many letters, so the trie drops most texts from their states.
     texts = _texts(count, count, string.ascii_letters + string.digits + '.-"é' if pattern == SPLIT else 'abc.-x"é')
+    if pattern == LINES:  # one text in ten ends a line (fewer than 2,048: run apart)
+        texts = [text + "\n" if number % 10 == 3 else text for number, text in enumerate(texts)]
     index: dict[str, int] = {}
     built = trie(texts, index)
     assert (built.tail_from == 0) == (count < 2048)
@@ -76,6 +81,15 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     by_class = pattern in (LARGE, CLASS)  # SHORT's class dies past two characters: left to the trie
     assert ("class" in ran) == (pattern in (LARGE, CLASS, SHORT))
     assert ("_run_apart" in ran) == (
-        by_class or (apart and (pattern in (APART, SPLIT) or (few and pattern in (SMALL, SEARCH))))
+        by_class or (apart and (pattern in (APART, SPLIT, LINES) or (few and pattern in (SMALL, SEARCH))))
     )
     assert ("_joined" in ran) == (apart and not few and pattern == SPLIT)
+    # The newline kills from every state of LINES, and x from SMALL's ``[^x]*`` (run apart where few).
+    assert ("dropped" in ran) == (apart and (pattern == LINES or (few and pattern == SMALL)))
+
+
+def _noted(apart: text_runs._Apart, ran: list[str]) -> text_runs._Apart:
+    """``apart``, noting in ``ran`` whether it drops texts (those that write a killing character)."""
+    if apart.plain is not None:
+        ran.append("dropped")
+    return apart
