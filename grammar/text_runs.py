@@ -323,11 +323,12 @@ def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie, states
     named = np.flatnonzero(differs[lookup[1:]]) + 1
     killing = (moves[states] == dead).all(axis=0)[lookup[named]]
     ranks = _writers(texts, named[~killing])
+    by_length = _by_length(moves, states, rest, texts)
     if not killing.any():
-        return _Apart(states, ranks, _by_length(moves, states, rest, texts))
+        return _Apart(states, ranks, by_length)
     plain: np.ndarray = np.ones(len(texts.sizes), dtype=bool)
     plain[_writers(texts, named[killing])] = False
-    return _Apart(states, ranks[plain[ranks]], _by_length(moves, states, rest, texts), plain)
+    return _Apart(states, ranks[plain[ranks]], by_length, plain)
 
 
 def _writers(texts: Trie, chars: np.ndarray) -> np.ndarray:
@@ -373,8 +374,8 @@ def _one_class(moves: np.ndarray, lookup: np.ndarray, read: int, texts: Trie) ->
         outside.append(~np.bitwise_or.reduce(np.left_shift(np.uint64(1), inside), initial=np.uint64(0)))
     plain: np.ndarray = ((texts.ascii_bits[0] & outside[0]) | (texts.ascii_bits[1] & outside[1])) == 0
     plain[texts.beyond] = False
-    wide = (lookup[: len(texts.codes)][texts.codes >= 128] == read).any()
-    return _Apart(by_length[:, 0], texts.beyond if wide else texts.beyond[:0], by_length, plain)
+    read_beyond = (lookup[: len(texts.codes)][texts.codes >= 128] == read).any()
+    return _Apart(by_length[:, 0], texts.beyond if read_beyond else texts.beyond[:0], by_length, plain)
 
 
 def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart) -> Runs:
