@@ -76,6 +76,21 @@ def test_key_patterns_are_enforced_on_keys(compiler, vocab) -> None:
     assert compiled.engine_spec.guards_keys  # pattern keys are unbounded in kind: never repeated
 
 
+def test_a_silent_object_with_key_patterns_generates_only_matching_keys(compiler, vocab) -> None:
+    """Silent about other keys, as a map from ids to records usually is: laid out closed like an
+    object that lists properties (the normalizer once spelled it open, so llguidance built the
+    pattern's complement for the extra keys: ~7 of o3625's 10 ms), its keys held by the guard;
+    validation still judges the schema as written."""
+    silent = {k: v for k, v in KEYED.items() if k != "additionalProperties"}
+    compiled = _compiled(compiler, silent)
+    assert compiled.normalized_schema["additionalProperties"] is False
+    assert any(note.keyword == "additionalProperties" for note in compiled.report.narrowed)
+    assert mask_accepts(vocab, compiled.token_grammar, '{"x1":1}')
+    assert not mask_accepts(vocab, compiled.token_grammar, '{"y":1}')
+    said_open = _compiled(compiler, {**silent, "additionalProperties": True})
+    assert mask_accepts(vocab, said_open.token_grammar, '{"y":1}')  # said open: other keys stay
+
+
 def test_an_engine_without_key_patterns_gets_them_folded(vocab) -> None:
     from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 

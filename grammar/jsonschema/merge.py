@@ -288,7 +288,7 @@ def _open_explicitly(atoms: frozenset[str], out: dict[str, Any]) -> None:
     generic JSON rule, whose separators ignore the compact ``(",", ":")`` ones.
     """
     if "object" in atoms and out.keys().isdisjoint(
-        ("properties", "additionalProperties", "minProperties", "maxProperties")
+        ("properties", "patternProperties", "additionalProperties", "minProperties", "maxProperties")
     ):
         out["additionalProperties"] = True
     if "array" in atoms and out.keys().isdisjoint(("prefixItems", "items", "minItems", "maxItems")):
