@@ -25,9 +25,11 @@ SPLIT = '^(?:ab\\.c|x-)"?.*$'
 SEARCH = "^.*(?:ab|x-).*$"
 #: Read one class only (``LARGE`` too): texts of it are run by their length, the others die; one
 #: with a character beyond ASCII (run one at a time), one that dies within a few characters (the
-#: trie drops the rest at once).
+#: trie drops the rest at once), one a little longer, and one as long that no text begins with.
 CLASS = "^[a-cé.-]+$"
 SHORT = "^[a-c]{2}$"
+MIDDLE = "^[a-c]{6}$"
+RARE = "^[0-9]{6}$"
 #: Reads a newline apart, which kills from every state: the texts that write one are not run.
 LINES = "^.{2,70}$"
 
@@ -50,7 +52,7 @@ def _check(machine: Automaton, texts: list[str], runs: Runs) -> None:
     assert len(set(runs.texts.tolist())) == len(runs.texts)  # each text ends once
 
 
-@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH, CLASS, SHORT, LINES])
+@pytest.mark.parametrize("pattern", [SMALL, LARGE, APART, SPLIT, SEARCH, CLASS, SHORT, MIDDLE, RARE, LINES])
 @pytest.mark.parametrize("count", [40, 6000])  # all in the tail; levels, then the tail
 @pytest.mark.parametrize("apart", [True, False])  # texts apart run on their own where they may
 def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, monkeypatch) -> None:
@@ -65,7 +67,7 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     monkeypatch.setattr(text_runs, "_apart", lambda *args: _noted(apart_of(*args), ran))
     machine = automaton(pattern)
     assert machine is not None
-    assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH, CLASS, SHORT))
+    assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH, CLASS, SHORT, MIDDLE, RARE))
     # SPLIT's literals take few of many letters, so the trie drops most texts from their states.
     texts = _texts(count, count, string.ascii_letters + string.digits + '.-"é' if pattern == SPLIT else 'abc.-x"é')
     if pattern == LINES:  # one text in ten ends a line (fewer than 2,048: run apart)
@@ -78,8 +80,8 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     # Past 2,048 texts SMALL's named characters are in too many; LARGE drops any other at once;
     # past 2,048 only SPLIT's ``.*`` is run apart, its literals walk the trie.
     few = count < 2048
-    by_class = pattern in (LARGE, CLASS)  # SHORT's class dies past two characters: left to the trie
-    assert ("class" in ran) == (pattern in (LARGE, CLASS, SHORT))
+    by_class = pattern in (LARGE, CLASS, MIDDLE)  # SHORT's and RARE's are left to the trie
+    assert ("class" in ran) == (pattern in (LARGE, CLASS, SHORT, MIDDLE, RARE))
     assert ("_run_apart" in ran) == (
         by_class or (apart and (pattern in (APART, SPLIT, LINES) or (few and pattern in (SMALL, SEARCH))))
     )
