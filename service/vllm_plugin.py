@@ -21,7 +21,9 @@ import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
@@ -163,7 +165,10 @@ def _install_llguidance_grammars() -> None:
     def compile_grammar(self: Any, request_type: Any, grammar_spec: str, stop_token_ids: Any = None) -> Any:
         parsed = LlguidanceSpec.read(grammar_spec) if request_type == StructuredOutputOptions.GRAMMAR else None
         if parsed is not None:
+            rows = _rows_beside(self, parsed)
             grammar = _compile_llguidance(self, parsed.grammar, parsed.forced)
+            if rows is not None:
+                rows.exception()  # an error here comes again, and is logged, in _guard_bounds
             if parsed.unique_keys:
                 _guard_keys(self, grammar, parsed.forced)
             for install in (_guard_bounds, _fit_budget):
@@ -187,12 +192,9 @@ def _install_llguidance_grammars() -> None:
 def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] = ()) -> Any:
     """A matcher for ``serialized``, past the ``forced`` tokens its request's prompt ends with,
     copied from the engine's parsed prototype (``llguidance_prototypes.py``)."""
-    from vllm.v1.structured_output.backend_guidance import GuidanceBackend, GuidanceGrammar
+    from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
 
-    prototypes = getattr(backend, "_tokenmold_llguidance", None)
-    if prototypes is None:
-        ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
-        prototypes = backend._tokenmold_llguidance = MatcherPrototypes(ll_tokenizer)
+    prototypes = _prototypes(backend)
     grammar = GuidanceGrammar(
         ll_matcher=prototypes.copy(serialized, forced),
         ll_tokenizer=prototypes.ll_tokenizer,
@@ -204,6 +206,40 @@ def _compile_llguidance(backend: Any, serialized: str, forced: tuple[int, ...] =
     if first is not None:
         start_from(grammar, first)
     return grammar
+
+
+def _prototypes(backend: Any) -> MatcherPrototypes:
+    """The engine's parsed llguidance grammars (``llguidance_prototypes.py``), made on first use."""
+    from vllm.v1.structured_output.backend_guidance import GuidanceBackend
+
+    prototypes = getattr(backend, "_tokenmold_llguidance", None)
+    if prototypes is None:
+        ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
+        prototypes = backend._tokenmold_llguidance = MatcherPrototypes(ll_tokenizer)
+    return prototypes
+
+
+@cache
+def _rows_threads() -> ThreadPoolExecutor:
+    """Threads for ``_rows_beside`` (a few: new shapes compiled at once need not queue)."""
+    return ThreadPoolExecutor(max_workers=4, thread_name_prefix="tokenmold-rows")
+
+
+def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[None] | None:
+    """For a shape new to this engine whose bounds the bound guard holds, its pattern rows built
+    in another thread while this one parses the grammar (``LLMatcher`` releases the GIL): the
+    engine's share of a new shape is the larger of the two, not their sum (measured: `vercel`
+    12.6 -> 6.9 ms, `o21420` 11.4 -> 7.4). ``None``: nothing to overlap (no bounds, or parsed)."""
+    if spec.bounds is None or _prototypes(backend).holds(spec.grammar, spec.forced):
+        return None
+    return _rows_threads().submit(_build_rows, backend, spec.bounds)
+
+
+def _build_rows(backend: Any, bounds: str) -> None:
+    from tokenmold.grammar.bounds import BoundSchema, BoundTable
+
+    table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
+    table.build_rows(schemas(bounds, BoundSchema))
 
 
 LLGUIDANCE_GRAMMARS = Patch(
@@ -489,7 +525,7 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
         return
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
     schema = schemas(spec.bounds, BoundSchema)
-    table.build_rows(schema)  # here, where the grammar compiles, not in the first step using it
+    table.build_rows(schema)  # where the grammar compiles (``_rows_beside``), not in a step using it
     if not getattr(backend, "_tokenmold_frozen", False):  # the first guarded grammar: the warm-up's
         backend._tokenmold_frozen = True
         freeze_heap()

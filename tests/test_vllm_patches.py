@@ -7,6 +7,7 @@ upgraded these are the tests that say which patch to revisit.
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -56,6 +57,36 @@ def test_llguidance_grammars_compile_on_the_xgrammar_backend(installed, vocab) -
     backend_xgrammar.validate_xgrammar_grammar(params(spec))  # tokenmold's: not parsed as EBNF
     with pytest.raises(VLLMValidationError):  # anything else: vLLM's own check
         backend_xgrammar.validate_xgrammar_grammar(params("root ::= undefined_rule"))
+
+
+def test_a_new_guarded_shape_builds_its_rows_beside_the_parse(installed, vocab, monkeypatch) -> None:
+    """The bound guard's rows of a shape new to the engine are built in another thread while the
+    grammar parses; once parsed, the shape builds none beside it."""
+    from vllm.v1.structured_output import backend_xgrammar
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    from tokenmold.grammar.backends.base import JsonOptions
+    from tokenmold.grammar.bounds import BoundTable
+
+    pattern = "^[a-z0-9]{3,9}$"
+    schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": pattern}}, "required": ["id"]}
+    spec = get_backend("llguidance")(vocab).compile_json_schema(schema, JsonOptions()).engine_spec.text
+    built: list[str] = []
+    build_rows = BoundTable.build_rows
+    monkeypatch.setattr(
+        BoundTable,
+        "build_rows",
+        lambda table, bound: built.append(threading.current_thread().name) or build_rows(table, bound),
+    )
+    backend = _engine_backend(vocab)
+    compile_grammar = backend_xgrammar.XgrammarBackend.compile_grammar
+    grammar = compile_grammar(backend, StructuredOutputOptions.GRAMMAR, spec)
+    assert built[0].startswith("tokenmold-rows") and built[1:] == [threading.current_thread().name]
+    assert backend._tokenmold_bounds[0].patterns.rows(pattern) is not None
+    assert grammar.accept_tokens("r", vocab.encode('{"id":"ab1"}'))
+    built.clear()
+    compile_grammar(backend, StructuredOutputOptions.GRAMMAR, spec)
+    assert built == [threading.current_thread().name]  # parsed already: nothing beside it
 
 
 def test_inline_grammar_init_copies_a_parsed_prototype(installed, vocab) -> None:
