@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -22,6 +23,7 @@ import jsonschema
 
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
 from tokenmold.grammar.fit.replay import FitOutcome
+from tokenmold.grammar.report import KeywordNote as CompiledNote
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
@@ -259,7 +261,14 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _report_model(report: KeywordReport) -> KeywordReportModel:
+    """The compile's keyword report as the verdict carries it (``narrowed`` too: the API's
+    ``validation.keywords.narrowed`` was always empty before session 26)."""
+
+    def notes(found: Iterable[CompiledNote]) -> list[KeywordNote]:
+        return [KeywordNote(pointer=n.pointer, keyword=n.keyword, reason=n.reason) for n in found]
+
     return KeywordReportModel(
         enforced=sorted(report.enforced),
-        validated_only=[KeywordNote(pointer=n.pointer, keyword=n.keyword, reason=n.reason) for n in report.notes()],
+        validated_only=notes(report.notes()),
+        narrowed=notes(sorted(set(report.narrowed))),
     )

@@ -123,19 +123,17 @@ def test_formats_are_held_by_the_mask(client) -> None:
     assert {"format", "maxLength"} <= set(validation(choice)["keywords"]["enforced"])
 
 
-def test_a_key_pattern_is_held_by_the_mask(client) -> None:
+@pytest.mark.parametrize("closed", [True, False], ids=["closed", "silent"])
+def test_a_key_pattern_is_held_by_the_mask(client, closed: bool) -> None:
     """A hand-written schema (pydantic writes ``propertyNames``, not ``patternProperties``) as
-    ``response_format`` against a live ``tokenmold serve``: accepted, every key on the pattern."""
+    ``response_format`` against a live ``tokenmold serve``: accepted, every key on the pattern;
+    silent about other keys (as such maps usually are), it is laid out closed and says so."""
+    seats: dict = {"type": "object", "patternProperties": {"^[a-z]{2}[0-9]{2}$": {"type": "integer"}}}
+    if closed:
+        seats["additionalProperties"] = False  # keys must match: the shape the guard holds
     schema = {
         "type": "object",
-        "properties": {
-            "seats": {
-                "type": "object",
-                "patternProperties": {"^[a-z]{2}[0-9]{2}$": {"type": "integer"}},
-                "additionalProperties": False,  # keys must match: the shape the guard holds
-                "maxProperties": 2,
-            }
-        },
+        "properties": {"seats": {**seats, "maxProperties": 2}},
         "required": ["seats"],
         "additionalProperties": False,
     }
@@ -148,8 +146,10 @@ def test_a_key_pattern_is_held_by_the_mask(client) -> None:
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
-    seats = json.loads(choice.message.content or "")["seats"]
-    assert seats and all(re.fullmatch("[a-z]{2}[0-9]{2}", key) for key in seats)
+    written = json.loads(choice.message.content or "")["seats"]
+    assert written and all(re.fullmatch("[a-z]{2}[0-9]{2}", key) for key in written)
+    narrowed = {(note["pointer"], note["keyword"]) for note in validation(choice)["keywords"]["narrowed"]}
+    assert (("/properties/seats", "additionalProperties") in narrowed) == (not closed), validation(choice)
 
 
 def test_too_few_tokens_is_a_length_error(client) -> None:
