@@ -236,6 +236,8 @@ def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[None] | None:
 
 
 def _build_rows(backend: Any, bounds: str) -> None:
+    """The rows of the patterns the bound guard holds for ``bounds``, in the engine-wide table
+    ``_guard_bounds`` reads (built once; its later ``build_rows`` finds them there)."""
     from tokenmold.grammar.bounds import BoundSchema, BoundTable
 
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
