@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import sys
-from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any
 
@@ -23,10 +22,9 @@ import jsonschema
 
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
 from tokenmold.grammar.fit.replay import FitOutcome
-from tokenmold.grammar.report import KeywordNote as CompiledNote
 from tokenmold.grammar.tools import ToolCalls
-from tokenmold.schemas.verdict import KeywordNote, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
+from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.json_validator import schema_validator
 
 #: At most this many errors are listed in one verdict.
@@ -261,14 +259,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _report_model(report: KeywordReport) -> KeywordReportModel:
-    """The compile's keyword report as the verdict carries it (``narrowed`` too: the API's
-    ``validation.keywords.narrowed`` was always empty before session 26)."""
-
-    def notes(found: Iterable[CompiledNote]) -> list[KeywordNote]:
-        return [KeywordNote(pointer=n.pointer, keyword=n.keyword, reason=n.reason) for n in found]
-
-    return KeywordReportModel(
-        enforced=sorted(report.enforced),
-        validated_only=notes(report.notes()),
-        narrowed=notes(sorted(set(report.narrowed))),
-    )
+    """The compile's keyword report as the verdict carries it: from the report's own ``as_dict``,
+    so that the two cannot drift apart (a copy of it here once left out ``narrowed``)."""
+    return KeywordReportModel.model_validate(report.as_dict())

@@ -24,12 +24,15 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
 from tokenmold.service.grammar_chain import beside, fill_directly, mask_failed
 from tokenmold.service.heap import freeze_heap
 from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
+
+if TYPE_CHECKING:
+    from tokenmold.grammar.bounds import BoundSchema, BoundTable
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
 #: ``+cpu`` are ignored).
@@ -225,23 +228,25 @@ def _rows_threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=4, thread_name_prefix="tokenmold-rows")
 
 
-def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[None] | None:
+def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[tuple[BoundTable, BoundSchema]] | None:
     """For a shape new to this engine whose bounds the bound guard holds, its pattern rows built
     in another thread while this one parses the grammar (``LLMatcher`` releases the GIL): the
     engine's share of a new shape is the larger of the two, not their sum (measured: `vercel`
     12.6 -> 6.9 ms, `o21420` 11.4 -> 7.4). ``None``: nothing to overlap (no bounds, or parsed)."""
     if spec.bounds is None or _prototypes(backend).holds(spec.grammar, spec.forced):
         return None
-    return _rows_threads().submit(_build_rows, backend, spec.bounds)
+    return _rows_threads().submit(_bound_rows, backend, spec.bounds)
 
 
-def _build_rows(backend: Any, bounds: str) -> None:
-    """The rows of the patterns the bound guard holds for ``bounds``, in the engine-wide table
-    ``_guard_bounds`` reads (built once; its later ``build_rows`` finds them there)."""
+def _bound_rows(backend: Any, bounds: str) -> tuple[BoundTable, BoundSchema]:
+    """The engine-wide bound table and ``bounds``' ``BoundSchema``, the rows of the patterns its
+    guard holds built (once: a later call finds them there)."""
     from tokenmold.grammar.bounds import BoundSchema, BoundTable
 
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
-    table.build_rows(schemas(bounds, BoundSchema))
+    schema = schemas(bounds, BoundSchema)
+    table.build_rows(schema)
+    return table, schema
 
 
 LLGUIDANCE_GRAMMARS = Patch(
@@ -521,13 +526,12 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     string or array bounds to it: it follows the accepted tokens (after the forced ones) and, after
     the grammar and the key guard filled a row, clears the tokens that would overrun a
     ``maxLength`` or a ``maxItems`` or go off a pattern it holds."""
-    from tokenmold.grammar.bounds import BoundGuard, BoundSchema, BoundTable
+    from tokenmold.grammar.bounds import BoundGuard
 
     if spec.bounds is None:
         return
-    table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
-    schema = schemas(spec.bounds, BoundSchema)
-    table.build_rows(schema)  # where the grammar compiles (``_rows_beside``), not in a step using it
+    # Rows where the grammar compiles (``_rows_beside``: while it parses), not in a step using them.
+    table, schema = _bound_rows(backend, spec.bounds)
     if not getattr(backend, "_tokenmold_frozen", False):  # the first guarded grammar: the warm-up's
         backend._tokenmold_frozen = True
         freeze_heap()
