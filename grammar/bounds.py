@@ -37,7 +37,7 @@ from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
 from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
 from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns
 from tokenmold.grammar.pattern_shapes import guarded, key_pattern
-from tokenmold.grammar.rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack, token_bits
+from tokenmold.grammar.rows import allowed_tokens, any_set, clear_unless_emptied, keep_unless_emptied, pack, token_bits
 from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
@@ -345,7 +345,7 @@ class BoundTable:
         #: The tokens that may add an item to an array (``tokenmold.grammar.counts``).
         self.items = ItemRows(spelled, size)
         #: The tokens that close a string (``tokenmold.grammar.search_guard``).
-        self.closers = Closers(spelled)
+        self.closers = Closers(spelled, words)
 
     @cached_property
     def patterns(self) -> PatternTokens:
@@ -455,6 +455,8 @@ class BoundGuard:
                 self._found = (top.pointer, top.text.raw)
             self._scan = None if scan is None else (key, scan)
             return
+        if not any_set(np.bitwise_and(words, closers.whole_row, out=self._kept)):
+            return  # no token here opens and closes a string
         candidates = closers.whole_ids[token_bits(words, closers.whole_ids)]
         over = []
         opening: dict[bytes, list[str] | None] = {}  # per text up to the quote (5 among 20 tokens)
@@ -476,9 +478,9 @@ class BoundGuard:
     def _opened(self, words: np.ndarray, opening: np.ndarray) -> None:
         """Try one by one the allowed tokens that write enough into a string they open to overrun
         the smallest bound (few, and only for schemas with a bound shorter than some token)."""
-        candidates = allowed_tokens(words & opening, self.table.size)
-        if not len(candidates):
+        if not any_set(np.bitwise_and(words, opening, out=self._kept)):
             return
+        candidates = allowed_tokens(self._kept, self.table.size)
         by_id, tracker = self.table.by_id, self.tracker
         clear_unless_emptied(words, [t for t in candidates.tolist() if _overrun(tracker.feed(by_id[t]).top)])
 

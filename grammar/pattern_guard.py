@@ -42,7 +42,7 @@ from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.fit.tracker import Obj, Str, Text, Tracker
 from tokenmold.grammar.pattern_automaton import CharAutomaton
 from tokenmold.grammar.pattern_shapes import char_automaton, held_core
-from tokenmold.grammar.rows import clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
+from tokenmold.grammar.rows import any_set, clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.search_guard import decoded
 from tokenmold.grammar.text_runs import alike_columns, distinct, run_texts, trie
 
@@ -402,7 +402,7 @@ class PatternGuard:
             opening = self._tokens.late_row
         else:
             opening = self._tokens.open_row
-        if opening is not None and np.bitwise_and(words, opening, out=self._kept).any():
+        if opening is not None and any_set(np.bitwise_and(words, opening, out=self._kept)):
             self._opening(words, tracker)
 
     def _inside(self, words: np.ndarray, pointer: str, text: Text, patterns: list[str] | None) -> None:

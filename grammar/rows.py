@@ -8,6 +8,7 @@ work on such a row in place; these are the few operations they share, on numpy v
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 
 import numpy as np
 
@@ -52,11 +53,24 @@ def clear_packed(words: np.ndarray, keep_out: np.ndarray) -> bool:
     return hit
 
 
+def any_set(words: np.ndarray) -> bool:
+    """Whether any bit of a row is set, read as its bytes against a zero row's (a copy and one
+    ``memcmp``). A guard's step runs right after llguidance's trie walk has evicted the caches,
+    where numpy's reduction machinery (``words.any()``) costs 5-15 µs and this 1-4 (measured on the
+    masks benchmark's walks; a memoryview comparison is slower still: it compares byte by byte)."""
+    return words.tobytes() != _zeros(words.nbytes)
+
+
+@cache
+def _zeros(size: int) -> bytes:
+    return bytes(size)
+
+
 def keep_unless_emptied(words: np.ndarray, kept: np.ndarray) -> None:
     """``words`` becomes ``kept`` (a subset of it) unless that allows no token at all: a mask after
     the grammar never empties a row (they disagree only on what validation then refuses)."""
-    if kept.any():
-        words[:] = kept
+    if any_set(kept):
+        np.copyto(words, kept)
 
 
 def clear_unless_emptied(words: np.ndarray, tokens: np.ndarray | list[int]) -> None:

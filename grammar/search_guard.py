@@ -109,7 +109,7 @@ class Closers:
     """Per vocabulary: the tokens that close a string read in plain text, and for each the content
     it writes before the quote (as an index into ``contents``: about 60 distinct ones)."""
 
-    def __init__(self, tokens: Iterable[tuple[int, bytes]]) -> None:
+    def __init__(self, tokens: Iterable[tuple[int, bytes]], words: int) -> None:
         tokens_list = list(tokens)
         found = sorted((token, data[:at]) for token, data in tokens_list if (at := closing_quote(data)) is not None)
         self.contents: list[bytes] = sorted({content for _, content in found})
@@ -129,19 +129,15 @@ class Closers:
         self.group = np.array([index[content] for _, content in found], dtype=np.int64)
         self._alone: dict[str, np.ndarray] = {}
         self._completing: dict[str, np.ndarray] = {}
-        self._kept: np.ndarray | None = None
+        #: Rows of ``words`` words: every bit set but the closers', and the bits of ``whole``.
+        self.kept = ~pack_ids(self.ids, words)
+        self.whole_row = pack_ids(self.whole_ids, words)
 
     def present(self, words: np.ndarray) -> np.ndarray:
         """Per content, whether a token writing it and its quote is allowed in the row."""
         present: np.ndarray = np.zeros(len(self.contents), dtype=bool)
         present[self.group[token_bits(words, self.ids)]] = True
         return present
-
-    def kept(self, words: int) -> np.ndarray:
-        """A row of ``words`` words with every bit set but the closers' (built once)."""
-        if self._kept is None or len(self._kept) != words:
-            self._kept = ~pack_ids(self.ids, words)
-        return self._kept
 
     def completing(self, pattern: str, searcher: Searcher) -> np.ndarray:
         """Per content, whether it may complete a match the text before it started (memoized per
@@ -220,7 +216,7 @@ def restrict_closing(
     if matched.any():
         clear_unless_emptied(words, closers.ids[~matched[closers.group]])
     else:  # the usual case: every closer goes, in one pass over the row
-        keep_unless_emptied(words, words & closers.kept(len(words)))
+        keep_unless_emptied(words, words & closers.kept)
     return scan
 
 
