@@ -37,7 +37,7 @@ from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
 from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
 from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns
 from tokenmold.grammar.pattern_shapes import guarded, key_pattern
-from tokenmold.grammar.rows import allowed_tokens, any_set, clear_unless_emptied, keep_unless_emptied, pack, token_bits
+from tokenmold.grammar.rows import allowed_tokens, any_set, clear_unless_emptied, keep_unless_emptied, pack
 from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
@@ -457,7 +457,7 @@ class BoundGuard:
             return
         if not any_set(np.bitwise_and(words, closers.whole_row, out=self._kept)):
             return  # no token here opens and closes a string
-        candidates = closers.whole_ids[token_bits(words, closers.whole_ids)]
+        candidates = allowed_tokens(self._kept, self.table.size)
         over = []
         opening: dict[bytes, list[str] | None] = {}  # per text up to the quote (5 among 20 tokens)
         for token in candidates.tolist():

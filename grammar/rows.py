@@ -45,14 +45,6 @@ def token_bits(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
     return flags
 
 
-def clear_packed(words: np.ndarray, keep_out: np.ndarray) -> bool:
-    """Clear the bits set in ``keep_out`` (packed like ``words``); whether any was set."""
-    hit = bool(np.any(words & keep_out))
-    if hit:
-        words &= ~keep_out
-    return hit
-
-
 def any_set(words: np.ndarray) -> bool:
     """Whether any bit of a row is set, read as its bytes against a zero row's (a copy and one
     ``memcmp``). A guard's step runs right after llguidance's trie walk has evicted the caches,
@@ -64,6 +56,14 @@ def any_set(words: np.ndarray) -> bool:
 @cache
 def _zeros(size: int) -> bytes:
     return bytes(size)
+
+
+def clear_packed(words: np.ndarray, keep_out: np.ndarray) -> bool:
+    """Clear the bits set in ``keep_out`` (packed like ``words``); whether any was set."""
+    hit = any_set(words & keep_out)
+    if hit:
+        words &= ~keep_out
+    return hit
 
 
 def keep_unless_emptied(words: np.ndarray, kept: np.ndarray) -> None:

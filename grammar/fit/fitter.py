@@ -29,7 +29,7 @@ import numpy as np
 from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker, is_content
-from tokenmold.grammar.rows import allowed_tokens, clear_packed, clear_tokens, pack, token_bits
+from tokenmold.grammar.rows import allowed_tokens, any_set, clear_packed, clear_tokens, pack, token_bits
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to
@@ -217,7 +217,7 @@ class Fitter:
             if trials.highest > limit or not trials.planned.issuperset(tokens):
                 bad = [t for t in tokens if self._trial(trials, t) > limit]
                 removed = clear_tokens(words, _ids(bad)) or removed
-        if removed and not words.any():
+        if removed and not any_set(words):
             # Nothing fits (a plan the grammar does not allow): the grammar's row stands, and the
             # output may end truncated rather than stuck.
             words[:] = original
