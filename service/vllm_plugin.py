@@ -215,11 +215,30 @@ def _prototypes(backend: Any) -> MatcherPrototypes:
     """The engine's parsed llguidance grammars (``llguidance_prototypes.py``), made on first use."""
     from vllm.v1.structured_output.backend_guidance import GuidanceBackend
 
-    prototypes = getattr(backend, "_tokenmold_llguidance", None)
-    if prototypes is None:
-        ll_tokenizer = GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size)
-        prototypes = backend._tokenmold_llguidance = MatcherPrototypes(ll_tokenizer)
+    def make() -> MatcherPrototypes:
+        return MatcherPrototypes(GuidanceBackend._build_ll_tokenizer(backend.tokenizer, backend.vocab_size))
+
+    prototypes: MatcherPrototypes = _engine_wide(backend, "_tokenmold_llguidance", make)
     return prototypes
+
+
+#: Held while an engine-wide object is made (``_engine_wide``; reentrant: making one may need another).
+_ENGINE_WIDE_LOCK = threading.RLock()
+
+
+def _engine_wide(backend: Any, attribute: str, make: Callable[[], Any]) -> Any:
+    """The engine's one ``attribute`` of ``backend``, made by ``make`` on first use. vLLM compiles
+    grammars on a pool of threads and ``_rows_beside`` on another: two new shapes at once must not
+    each make their own (the llguidance tokenizer takes about a second, a table 0.1-0.5 s, and the
+    one made second would replace the first while a grammar holds it)."""
+    found = getattr(backend, attribute, None)
+    if found is None:
+        with _ENGINE_WIDE_LOCK:
+            found = getattr(backend, attribute, None)
+            if found is None:
+                found = make()
+                setattr(backend, attribute, found)
+    return found
 
 
 @cache
@@ -478,11 +497,11 @@ def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
     llguidance fills a row, the bits of the tokens that would close a key its object holds."""
     from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
 
-    index = getattr(backend, "_tokenmold_key_index", None)
-    if index is None:
-        ll_tokenizer = backend._tokenmold_llguidance.ll_tokenizer
-        tokens = ((token, ll_tokenizer.decode_bytes([token])) for token in range(ll_tokenizer.vocab_size))
-        index = backend._tokenmold_key_index = TokenIndex(tokens)
+    def make() -> TokenIndex:
+        ll_tokenizer = _prototypes(backend).ll_tokenizer
+        return TokenIndex((token, ll_tokenizer.decode_bytes([token])) for token in range(ll_tokenizer.vocab_size))
+
+    index: TokenIndex = _engine_wide(backend, "_tokenmold_key_index", make)
 
     def start() -> KeyGuard:
         guard = KeyGuard(index)
@@ -500,9 +519,9 @@ SCHEMA_CACHE_SIZE = 64
 def _per_schema(backend: Any, attribute: str, make_table: Callable[[Any], Any]) -> tuple[Any, Callable[..., Any]]:
     """An engine-wide table (built once from llguidance's tokenizer by ``make_table``) and a getter
     of per-schema state, kept for the last ``SCHEMA_CACHE_SIZE`` schemas, under ``attribute``."""
-    state = getattr(backend, attribute, None)
-    if state is None:
-        table = make_table(backend._tokenmold_llguidance.ll_tokenizer)
+
+    def make() -> tuple[Any, Callable[..., Any]]:
+        table = make_table(_prototypes(backend).ll_tokenizer)
         cache: OrderedDict[str, Any] = OrderedDict()
         lock = threading.Lock()
 
@@ -516,8 +535,9 @@ def _per_schema(backend: Any, attribute: str, make_table: Callable[[Any], Any]) 
                 cache.move_to_end(schema)
                 return found
 
-        state = (table, get)
-        setattr(backend, attribute, state)
+        return table, get
+
+    state: tuple[Any, Callable[..., Any]] = _engine_wide(backend, attribute, make)
     return state
 
 

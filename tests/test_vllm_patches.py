@@ -8,6 +8,7 @@ upgraded these are the tests that say which patch to revisit.
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import numpy as np
@@ -87,6 +88,44 @@ def test_a_new_guarded_shape_builds_its_rows_beside_the_parse(installed, vocab, 
     built.clear()
     compile_grammar(backend, StructuredOutputOptions.GRAMMAR, spec)
     assert built == [threading.current_thread().name]  # parsed already: nothing beside it
+
+
+def test_new_shapes_compiled_at_once_share_the_engines_tables(installed, vocab, monkeypatch) -> None:
+    """vLLM compiles grammars on a pool of threads: shapes new to a fresh engine compiled at once
+    make one llguidance tokenizer and one bound table between them, and each grammar works."""
+    from vllm.v1.structured_output import backend_xgrammar
+    from vllm.v1.structured_output.backend_guidance import GuidanceBackend
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    from tokenmold.grammar.backends.base import JsonOptions
+    from tokenmold.grammar.bounds import BoundTable
+
+    made: list[str] = []
+    build_tokenizer, from_llguidance = GuidanceBackend._build_ll_tokenizer, BoundTable.from_llguidance
+    monkeypatch.setattr(
+        GuidanceBackend, "_build_ll_tokenizer", lambda *a: made.append("tokenizer") or build_tokenizer(*a)
+    )
+    monkeypatch.setattr(BoundTable, "from_llguidance", lambda t: made.append("table") or from_llguidance(t))
+    compiler = get_backend("llguidance")(vocab)
+    specs = [
+        compiler.compile_json_schema(
+            {"type": "object", "properties": {f"k{n}": {"type": "string", "maxLength": 3 + n}}, "required": [f"k{n}"]},
+            JsonOptions(),
+        ).engine_spec.text
+        for n in range(4)
+    ]
+    backend = _engine_backend(vocab)
+    start = threading.Barrier(len(specs))
+
+    def compile_one(spec: str) -> object:
+        start.wait()
+        return backend_xgrammar.XgrammarBackend.compile_grammar(backend, StructuredOutputOptions.GRAMMAR, spec)
+
+    with ThreadPoolExecutor(len(specs)) as pool:
+        grammars = list(pool.map(compile_one, specs))
+    assert sorted(made) == ["table", "tokenizer"]
+    for n, grammar in enumerate(grammars):
+        assert grammar.accept_tokens("r", vocab.encode(f'{{"k{n}":"ab"}}'))
 
 
 def test_inline_grammar_init_copies_a_parsed_prototype(installed, vocab) -> None:
