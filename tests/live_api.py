@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import openai
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
 
 from tokenmold.service.bench.live_server import LiveServer
 
@@ -33,6 +33,29 @@ class GetWeather(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     city: str = Field(max_length=20)
+
+
+class Shortlist(BaseModel):
+    """A bounded list as pydantic writes it (``maxItems``; llguidance's grammar leaves it out and
+    the bound guard holds it)."""
+
+    colors: list[str] = Field(max_length=2)
+
+
+class Flight(BaseModel):
+    """A counted pattern as pydantic writes it (``pattern``; llguidance's grammar leaves it out and
+    the pattern guard holds it)."""
+
+    code: str = Field(pattern=r"^[A-Z]{2}[0-9]{3,4}$")
+
+
+class Contact(BaseModel):
+    """Formats as pydantic writes them: ``HttpUrl`` is ``format: uri`` with ``maxLength: 2083``,
+    ``EmailStr`` is ``format: email`` (llguidance's grammar leaves both out and the pattern guard
+    runs llguidance's own expressions for them)."""
+
+    website: HttpUrl
+    email: EmailStr
 
 
 WEATHER_PARAMS = {

@@ -26,13 +26,16 @@ from live_api import (  # noqa: F401  (client, server: this module's fixtures, s
     WEATHER_PARAMS,
     WEATHER_QUESTION,
     Animal,
+    Contact,
+    Flight,
     GetWeather,
+    Shortlist,
     client,
     server,
     slow_regex,
     validation,
 )
-from pydantic import BaseModel, EmailStr, Field, HttpUrl
+from pydantic import BaseModel
 
 pytestmark = pytest.mark.engine
 
@@ -53,74 +56,49 @@ def test_parse_returns_a_parsed_object(client) -> None:
     assert "additionalProperties" in validation(choice)["keywords"]["enforced"]
 
 
-class Shortlist(BaseModel):
-    """A bounded list as pydantic writes it (``maxItems``; llguidance's grammar leaves it out and
-    the bound guard holds it)."""
+#: pydantic's own schemas whose bounds llguidance's grammar leaves to tokenmold's guards: the
+#: request, what the parsed answer must satisfy, and the keywords the verdict names as enforced.
+HELD_BY_THE_GUARDS = [
+    pytest.param(
+        Shortlist,
+        'Repeat: {"colors": ["red", "green", "blue", "black", "white"]}',
+        120,
+        lambda parsed: len(parsed.colors) <= 2,
+        {"maxItems"},
+        id="max-items",
+    ),
+    pytest.param(
+        Flight,
+        "British Airways flight 249 leaves at noon. Give its code as JSON.",
+        30,
+        lambda parsed: re.fullmatch(r"[A-Z]{2}[0-9]{3,4}", parsed.code),
+        {"pattern"},
+        id="counted-pattern",
+    ),
+    pytest.param(
+        Contact,
+        "Ada's site is https://ada.example.org and her mail is ada@example.org. Give both as JSON.",
+        60,
+        lambda parsed: True,  # pydantic's parse checked the URL and the address
+        {"format", "maxLength"},
+        id="formats",
+    ),
+]
 
-    colors: list[str] = Field(max_length=2)
 
-
-def test_a_bounded_list_ends_at_its_max_items(client) -> None:
+@pytest.mark.parametrize(("model", "prompt", "max_tokens", "fits", "enforced"), HELD_BY_THE_GUARDS)
+def test_pydantic_bounds_are_held_by_the_mask(client, model, prompt, max_tokens, fits, enforced) -> None:
     completion = client.chat.completions.parse(
         model=MODEL,
-        messages=[{"role": "user", "content": 'Repeat: {"colors": ["red", "green", "blue", "black", "white"]}'}],
-        response_format=Shortlist,
-        max_tokens=120,
-        temperature=0,
-    )
-    choice = completion.choices[0]
-    assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted"
-    assert isinstance(choice.message.parsed, Shortlist) and len(choice.message.parsed.colors) <= 2, choice.message
-    assert "maxItems" in validation(choice)["keywords"]["enforced"]
-
-
-class Flight(BaseModel):
-    """A counted pattern as pydantic writes it (``pattern``; llguidance's grammar leaves it out and
-    the pattern guard holds it)."""
-
-    code: str = Field(pattern=r"^[A-Z]{2}[0-9]{3,4}$")
-
-
-def test_a_counted_pattern_is_held_by_the_mask(client) -> None:
-    completion = client.chat.completions.parse(
-        model=MODEL,
-        messages=[{"role": "user", "content": "British Airways flight 249 leaves at noon. Give its code as JSON."}],
-        response_format=Flight,
-        max_tokens=30,
-        temperature=0,
-    )
-    choice = completion.choices[0]
-    assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
-    assert isinstance(choice.message.parsed, Flight) and re.fullmatch(r"[A-Z]{2}[0-9]{3,4}", choice.message.parsed.code)
-    assert "pattern" in validation(choice)["keywords"]["enforced"]
-
-
-class Contact(BaseModel):
-    """Formats as pydantic writes them: ``HttpUrl`` is ``format: uri`` with ``maxLength: 2083``,
-    ``EmailStr`` is ``format: email`` (llguidance's grammar leaves both out and the pattern guard
-    runs llguidance's own expressions for them)."""
-
-    website: HttpUrl
-    email: EmailStr
-
-
-def test_formats_are_held_by_the_mask(client) -> None:
-    completion = client.chat.completions.parse(
-        model=MODEL,
-        messages=[
-            {
-                "role": "user",
-                "content": "Ada's site is https://ada.example.org and her mail is ada@example.org. Give both as JSON.",
-            }
-        ],
-        response_format=Contact,
-        max_tokens=60,
+        messages=[{"role": "user", "content": prompt}],
+        response_format=model,
+        max_tokens=max_tokens,
         temperature=0,
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "stop" and validation(choice)["status"] == "accepted", choice.message
-    assert isinstance(choice.message.parsed, Contact), choice.message
-    assert {"format", "maxLength"} <= set(validation(choice)["keywords"]["enforced"])
+    assert isinstance(choice.message.parsed, model) and fits(choice.message.parsed), choice.message
+    assert enforced <= set(validation(choice)["keywords"]["enforced"])
 
 
 @pytest.mark.parametrize("closed", [True, False], ids=["closed", "silent"])
