@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import atheris
 
-with atheris.instrument_imports(include=["grammar"]):
+with atheris.instrument_imports(include=["tokenmold.grammar"]):
     from tokenmold.grammar.backends.xgrammar import XGrammarBackend
     from tokenmold.grammar.errors import ShapeError
     from tokenmold.grammar.vocabulary import EMPTY_VOCABULARY

@@ -8,7 +8,7 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["grammar"]):
+with atheris.instrument_imports(include=["tokenmold.grammar"]):
     from tokenmold.grammar.errors import ShapeError
     from tokenmold.grammar.jsonschema import normalize_schema
 
