@@ -5,8 +5,11 @@
 Each harness (``fuzz_normalize``, ``fuzz_ebnf``, ``fuzz_validation``) runs as its own libFuzzer
 process for ``--seconds`` (``--jobs`` at once, at the lowest CPU priority: a campaign must not starve
 a server on the same machine). A harness that crashes stops early; its reproducer lands in ``--out``
-(``crash-<sha1>``). The report counts inputs from libFuzzer's own ``number_of_executed_units``; the
-exit status is 1 when any harness crashed, so a scheduled campaign can alert on it.
+(``crash-<sha1>``). An input that took longer than libFuzzer's ``-report_slow_units`` (10 s) is kept
+there too (``slow-unit-<sha1>``) and reported apart: a finding to look at, not a failure (the
+normalizer's harness under coverage tracing meets one in its largest MaskBench seed, 1.2 MB). The
+report counts inputs from libFuzzer's own ``number_of_executed_units``; the exit status is 1 when
+any harness crashed, so a scheduled campaign can alert on it.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ class HarnessRun:
     inputs: int
     exit_code: int
     crashes: list[str]
+    slow_units: list[str]
 
 
 def run_harness(name: str, seconds: float, out: Path) -> HarnessRun:
@@ -52,10 +56,18 @@ def run_harness(name: str, seconds: float, out: Path) -> HarnessRun:
     ]
     proc = subprocess.run(command, cwd=FUZZ, capture_output=True, text=True, timeout=seconds + 300)
     units = _UNITS.findall(proc.stderr)
-    crashes = sorted(str(p) for p in out.glob(f"{name}-*"))
+    crashes, slow = artifacts(out, name)
     if proc.returncode != 0 and not crashes:  # a crash libFuzzer could not write out
-        crashes = [proc.stderr[-2000:]]
-    return HarnessRun(name, seconds, int(units[-1]) if units else 0, proc.returncode, crashes)
+        crashes = [f"exit status {proc.returncode}, no reproducer; its output ends: {proc.stderr[-2000:]}"]
+    return HarnessRun(name, seconds, int(units[-1]) if units else 0, proc.returncode, crashes, slow)
+
+
+def artifacts(out: Path, name: str) -> tuple[list[str], list[str]]:
+    """The reproducers libFuzzer left in ``out`` for harness ``name``: its crashes (``crash-``,
+    ``timeout-``, ``oom-``, ``leak-``) and its slow units (``slow-unit-``)."""
+    found = sorted(out.glob(f"{name}-*"))
+    slow = [str(p) for p in found if p.name.startswith(f"{name}-slow-unit-")]
+    return [str(p) for p in found if str(p) not in slow], slow
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,11 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r.inputs for r in runs)
     crashed = [r for r in runs if r.crashes]
     for r in runs:
-        print(f"{r.harness:<16} {r.inputs:>12,} inputs in {r.seconds:g} s; crashes: {len(r.crashes)}")
+        print(
+            f"{r.harness:<16} {r.inputs:>12,} inputs in {r.seconds:g} s; crashes: {len(r.crashes)}; "
+            f"slow units: {len(r.slow_units)}"
+        )
     print(f"{'total':<16} {total:>12,} inputs; {len(crashed)} harness(es) crashed; reproducers in {out}")
-    for r in crashed:
+    for r in runs:
         for crash in r.crashes:
             print(f"  {r.harness}: {crash}")
+        for slow in r.slow_units:
+            print(f"  {r.harness} (slow unit): {slow}")
     if args.json:
         report = {"inputs": total, "crashed": len(crashed), "runs": [asdict(r) for r in runs]}
         args.json.write_text(json.dumps(report, indent=2))

@@ -48,3 +48,15 @@ def test_non_ascii_at_an_ebnf_error_is_a_typed_error(text: str) -> None:
 def test_non_ascii_regex_errors_are_typed() -> None:
     with pytest.raises(RegexError):
         XGrammarBackend(EMPTY_VOCABULARY).compile_regex("(é")
+
+
+def test_a_campaign_reports_slow_units_apart_from_crashes(tmp_path: Path) -> None:
+    """libFuzzer keeps an input slower than ``-report_slow_units`` next to the crashes; the campaign
+    reports it and does not count it as one (the normalizer's harness meets one in a 1.2 MB seed)."""
+    from fuzz.campaign import artifacts
+
+    for name in ("fuzz_a-slow-unit-01", "fuzz_a-crash-02", "fuzz_a-timeout-03", "fuzz_b-crash-04"):
+        (tmp_path / name).write_bytes(b"x")
+    crashes, slow = artifacts(tmp_path, "fuzz_a")
+    assert [Path(p).name for p in crashes] == ["fuzz_a-crash-02", "fuzz_a-timeout-03"]
+    assert [Path(p).name for p in slow] == ["fuzz_a-slow-unit-01"]
