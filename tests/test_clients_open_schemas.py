@@ -1,7 +1,8 @@
 """The client libraries against a live ``tokenmold serve``, with their own schemas: open pydantic
 models as instructor and LangChain send them (no hand-added ``additionalProperties``), instructor's
-partial streaming, LangChain's three structured-output methods, a LangGraph ReAct agent that calls a
-tool, and a request with 128 tools. (The openai SDK's chat paths are in test_api*.py, its Responses
+partial streaming, LangChain's three structured-output methods, LangChain's agents (LangGraph's ReAct
+agent calling a tool; ``langchain.agents.create_agent`` with a tool and with a response format), and
+a request with 128 tools. (The openai SDK's chat paths are in test_api*.py, its Responses
 API and the Agents SDK in test_responses.py.)
 
 Each call has a client timeout (20 s; 10 s for the tools): an answer is a parsed object, or, where
@@ -157,3 +158,65 @@ def test_128_tools_answer_in_time(server, model, tool_choice) -> None:
         assert choice.model_extra["validation"]["status"] == "accepted"
     else:  # auto may answer in text; a call cut off by max_tokens is never returned as a call
         assert tool_choice == "auto" or choice.finish_reason == "length", choice
+
+
+def _agent_chat(server: str, model: str, **options: object):
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        base_url=f"{server}/v1", api_key=KEY, model=model, timeout=20, max_retries=0, max_tokens=MAX_TOKENS,
+        temperature=0, **options,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("strategy", ["provider", "auto", "tool"])
+def test_a_langchain_agent_answers_in_its_response_format(server, model, strategy) -> None:
+    """``create_agent(..., response_format=Person)``: ``provider`` sends the schema as the request's
+    ``response_format`` (strict json_schema); ``auto`` is what LangChain picks for a model whose
+    profile says it does structured output (a name LangChain does not know has no profile, and
+    gets ``tool``); ``tool`` asks for one call of a ``Person`` tool (``tool_choice: "required"``):
+    the embedded model then calls it twice unless parallel calls are off (docs/api.md)."""
+    from langchain.agents import create_agent
+    from langchain.agents.structured_output import ProviderStrategy
+
+    options: dict[str, object] = {
+        "provider": {},
+        "auto": {"profile": {"structured_output": True}},
+        "tool": {"model_kwargs": {"parallel_tool_calls": False}},
+    }[strategy]
+    response_format = ProviderStrategy(Person) if strategy == "provider" else Person
+    agent = create_agent(_agent_chat(server, model, **options), tools=[], response_format=response_format)
+    try:
+        result = agent.invoke({"messages": QUESTION}, {"recursion_limit": 6})
+    except openai.LengthFinishReasonError:
+        return  # the SDK's parse path refuses a truncated answer: honest, and in time
+    assert isinstance(result["structured_response"], Person), result
+    kinds = [message.type for message in result["messages"]]
+    assert kinds == (["human", "ai", "tool"] if strategy == "tool" else ["human", "ai"]), kinds
+
+
+def test_a_langchain_agent_calls_its_tool(server, model) -> None:
+    """``create_agent`` with one tool; a middleware requires a call (a 135M model rarely chooses one
+    on its own), and the tool's answer ends the run (``return_direct``)."""
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import wrap_model_call
+    from langchain_core.tools import tool
+
+    asked: list[str] = []
+
+    @tool(return_direct=True)
+    def get_weather(city: str) -> str:
+        """Current weather in a city."""
+        asked.append(city)
+        return f"Sunny in {city}"
+
+    @wrap_model_call
+    def call_a_tool(request, handler):
+        return handler(request.override(tool_choice="required"))
+
+    chat = _agent_chat(server, model, model_kwargs={"parallel_tool_calls": False})
+    agent = create_agent(chat, tools=[get_weather], middleware=[call_a_tool])
+    result = agent.invoke({"messages": [("user", "What is the weather in Paris?")]}, {"recursion_limit": 6})
+    assert len(asked) == 1 and asked[0], result
+    last = result["messages"][-1]
+    assert last.type == "tool" and last.content == f"Sunny in {asked[0]}"
