@@ -1,6 +1,8 @@
 """Fuzz the EBNF and regex front ends: arbitrary and spliced grammar text through xgrammar's parser
 (via tokenmold's backend, vocabulary-free). Allowed outcomes: a grammar, or a typed ShapeError with
-a line/column. A native crash here would take down a compile worker, never the server."""
+a line/column. A native crash here would take down a compile worker, never the server, and the
+shape would be refused as ``compile_failed``; the one found so far (a rule that only repeats
+itself, a stack overflow in xgrammar 0.2.8) is refused before xgrammar sees it."""
 
 from __future__ import annotations
 

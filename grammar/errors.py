@@ -107,8 +107,9 @@ class CompileFailed(ShapeError):
 
 
 class CompileUnavailable(Exception):
-    """No compile worker could finish this shape, through no fault of the shape: its worker died
-    (killed, out of memory), or the wait for a free worker used up the compile timeout.
+    """No compile worker could finish this shape, through no fault of the shape: its worker was
+    killed (out of memory, an operator), or the wait for a free worker used up the compile timeout.
+    (A worker that crashes on the shape, a segfault in the engine, fails it with ``CompileFailed``.)
 
     Not a ``ShapeError``: the caller may retry (a 503), and it is never cached (``transient``), so
     the same shape compiles normally once the pool has healed or drained.

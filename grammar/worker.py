@@ -13,7 +13,9 @@ from then on, and when that leaves the cheap lane no idle worker, an extra worke
 ``size`` extra, retired when they come back) so cheap tasks get a worker again within a spawn time.
 The wait for a worker has its own bound (``queue_timeout_s``, counted once any worker is up: not
 while the pool itself starts): past it the caller gets the transient ``CompileUnavailable`` (a 503,
-never cached) instead of waiting on.
+never cached) instead of waiting on. A worker that dies mid-compile of a crash signal (SIGSEGV,
+SIGABRT, ...: the engine's native code failed on the input, and would again) fails that shape with
+``CompileFailed`` (a 400, cached); one killed (SIGKILL: out of memory, an operator) is transient.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import bisect
 import enum
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -120,6 +123,24 @@ class _Worker:
         self.process.kill()
         self.process.join(timeout=5)
         self.conn.close()
+
+
+#: The signals a worker dies of when the engine's native code fails on the input itself (a stack
+#: overflow, an assertion): the same shape would fail the same way again. Any other death (SIGKILL
+#: from the out-of-memory killer or an operator) says nothing about the shape.
+_CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
+
+
+def _crash_signal(worker: _Worker | None) -> str | None:
+    """The name of the crash signal ``worker`` died of mid-compile, if it was one (``None``: it is
+    alive, or was killed, or exited)."""
+    if worker is None:
+        return None
+    worker.process.join(timeout=2.0)
+    code = worker.process.exitcode
+    if code is None or code >= 0 or -code not in _CRASH_SIGNALS:
+        return None
+    return signal.Signals(-code).name
 
 
 class Lane(enum.Enum):
@@ -244,9 +265,15 @@ class WorkerPool:
                 )
             status, *rest = worker.conn.recv()
         except (EOFError, OSError):
+            crash = _crash_signal(worker)
             if worker is not None:
                 self._discard(worker, died=True)
             worker = None
+            if crash is not None:
+                raise errors.CompileFailed(
+                    f"{task.backend} crashed ({crash}) compiling this shape; it is refused, as it would crash "
+                    "again (the pool replaced the worker)"
+                ) from None
             raise CompileUnavailable(
                 "the compile worker died while compiling this shape (the pool replaces it); retry"
             ) from None

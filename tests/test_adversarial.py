@@ -74,6 +74,9 @@ CORPUS: dict[str, tuple[dict[str, Any], int, str | None]] = {
     "catastrophic_pattern": (_json_schema({"type": "string", "pattern": "^(a+)+$", "maxLength": 8}), 200, None),
     "malformed_ebnf": ({"grammar": 'root ::= "a" |'}, 400, "line 1"),
     "left_recursive_ebnf": ({"grammar": 'root ::= root "a" | "a"'}, 200, None),
+    # xgrammar 0.2.8 overflowed its stack (SIGSEGV) on this; its compile worker died and the
+    # answer was a 503 "retry", which would crash the next worker too (found by fuzz_ebnf.py).
+    "self_repeating_ebnf": ({"grammar": "root ::= root{2,3}"}, 400, "only a repetition of itself"),
     "bad_regex": ({"regex": "(unclosed"}, 400, "parenthesis"),
 }
 

@@ -45,6 +45,33 @@ def test_non_ascii_at_an_ebnf_error_is_a_typed_error(text: str) -> None:
         XGrammarBackend(EMPTY_VOCABULARY).compile_ebnf(text)
 
 
+@pytest.mark.parametrize(
+    "grammar",
+    [
+        "root ::= root{2,3}",
+        "root ::= root{0,3}",
+        "root ::= root{2,}",
+        "root ::= ((root)){2}",
+        "root ::= x{2}\nx ::= (root)",
+        'root ::= "a" x\nx ::= x{2}',
+        "root ::= x{2}\nx ::= y\ny ::= root",
+    ],
+)
+def test_a_rule_that_only_repeats_itself_is_a_typed_error(grammar: str) -> None:
+    # xgrammar 0.2.8 follows such a repetition without end and dies of a stack overflow (SIGSEGV,
+    # found by fuzz_ebnf.py): this test crashed the test process before the check.
+    with pytest.raises(GrammarSyntaxError, match="only a repetition of itself"):
+        XGrammarBackend(EMPTY_VOCABULARY).compile_ebnf(grammar)
+
+
+@pytest.mark.parametrize(
+    "grammar",
+    ['root ::= "a" | root{2}', "root ::= root*", 'root ::= x{2}\nx ::= "a" | root', "root ::= [a-z]{2} root{2}"],
+)
+def test_a_rule_repeated_next_to_other_content_compiles(grammar: str) -> None:
+    XGrammarBackend(EMPTY_VOCABULARY).compile_ebnf(grammar)
+
+
 def test_non_ascii_regex_errors_are_typed() -> None:
     with pytest.raises(RegexError):
         XGrammarBackend(EMPTY_VOCABULARY).compile_regex("(é")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tokenmold.grammar.errors import CompileTimeout, CompileUnavailable
+from tokenmold.grammar.errors import CompileFailed, CompileTimeout, CompileUnavailable
 from tokenmold.grammar.lanes import estimate_lane
 from tokenmold.grammar.worker import CompileTask, Lane, WorkerPool, default_workers
 
@@ -90,15 +90,22 @@ def test_a_misestimated_cheap_compile_is_demoted(pool: WorkerPool) -> None:
     assert pool.stats().lanes["cheap"].demoted == before + 1
 
 
-def test_a_worker_killed_mid_compile_costs_that_compile_only(pool: WorkerPool) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGSEGV])
+def test_a_worker_killed_mid_compile_costs_that_compile_only(pool: WorkerPool, signum: signal.Signals) -> None:
+    """Killed (the out-of-memory killer, an operator): a transient 503, the shape not blamed.
+    Crashed (a segfault in the engine's native code, which the same shape would cause again): the
+    shape is refused, a ``CompileFailed``."""
     _whole(pool)
     died = pool.stats().died
     errors = _in_background(pool, SLOW, 30.0, Lane.HEAVY)
     _wait_for(lambda: bool(pool.worker_pids(busy=True)))
     (pid,) = pool.worker_pids(busy=True)
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, signum)
     _wait_for(lambda: bool(errors))
-    assert isinstance(errors[0], CompileUnavailable) and "died" in str(errors[0])
+    if signum == signal.SIGKILL:
+        assert isinstance(errors[0], CompileUnavailable) and "died" in str(errors[0])
+    else:
+        assert isinstance(errors[0], CompileFailed) and "crashed (SIGSEGV)" in str(errors[0])
     assert pool.stats().died == died + 1
     spec, _ = pool.run(CHEAP, 30.0, Lane.CHEAP)  # the pool serves on
     assert spec.text

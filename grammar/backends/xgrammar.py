@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 _LOG_PREFIX = re.compile(r"^\[[\d:]+\] \S+?:\d+: ")
 _LINE_COL = re.compile(r"at line (\d+), column (\d+)")
 _POSITION = re.compile(r"at position (\d+)")
+#: A rule as xgrammar prints a parsed grammar whose body is one rule reference, alone or repeated
+#: (``x ::= ((y))``, ``x ::= ((y{2, 3}))``; ``-1``: no upper bound).
+_LONE_REFERENCE = re.compile(r"^(\S+) ::= \(\((\S+?)(\{-?\d+, -?\d+\})?\)\)$")
 
 
 def _clean(exc: Exception) -> str:
@@ -187,6 +190,12 @@ class XGrammarBackend(Backend):
             ) from None
         except UnicodeDecodeError:
             raise GrammarSyntaxError("EBNF " + _undecodable(grammar)) from None
+        loop = _repeats_itself(str(parsed))
+        if loop is not None:
+            raise GrammarSyntaxError(
+                f"rule {loop[0]} is only a repetition of itself ({' -> '.join(loop)}): it has no content of "
+                "its own to repeat; repeat what the rule should contain instead"
+            )
         return self._compile(parsed)
 
     def compile_regex(self, pattern: str) -> XGrammarCompiled:
@@ -209,6 +218,29 @@ class XGrammarBackend(Backend):
             return XGrammarCompiled(self._compiler.compile_grammar(grammar))
         except RuntimeError as exc:
             raise CompileFailed(f"xgrammar failed to compile: {_clean(exc)}") from None
+
+
+def _repeats_itself(printed: str) -> list[str] | None:
+    """The rules of a cycle in which each rule is only a reference to the next, at least one of them
+    repeated (``root ::= root{2,3}``; ``root ::= x{2}`` with ``x ::= (root)``), in xgrammar's print
+    of a parsed grammar; ``None`` if there is none. xgrammar 0.2.8 expands such a repetition by
+    following the references without end and dies of a stack overflow (SIGSEGV), found by
+    fuzz/fuzz_ebnf.py. Such a rule has no content of its own to repeat: where the count allows
+    none it writes nothing, else it never ends. Each rule has one body, so the rules form chains
+    of single links and any cycle is found by following them."""
+    links: dict[str, tuple[str, bool]] = {}
+    for line in printed.splitlines():
+        found = _LONE_REFERENCE.match(line)
+        if found is not None:
+            links[found.group(1)] = (found.group(2), found.group(3) is not None)
+    for start in links:
+        path, name = [start], links[start][0]
+        while name in links and name not in path:
+            path.append(name)
+            name = links[name][0]
+        if name == start and any(links[rule][1] for rule in path):
+            return [*path, start]
+    return None
 
 
 def _json_grammar(schema: dict[str, Any] | bool, options: JsonOptions, pointer: str = "") -> xgr.Grammar:

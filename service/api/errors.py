@@ -10,7 +10,7 @@
 | body larger than ``--max-body-bytes`` | 413 | ``request_too_large`` |
 | ``Unaccepted`` (reject-unaccepted mode) | 422 | ``unaccepted_output``, with ``validation`` |
 | ``EngineUnavailable`` | 503 | ``engine_unavailable`` |
-| grammar ``CompileUnavailable`` (compile worker died; no worker free in time) | 503 | ``compile_unavailable`` |
+| grammar ``CompileUnavailable`` (compile worker killed; no worker free in time) | 503 | ``compile_unavailable`` |
 | any request while draining (SIGTERM) or once the engine died (``lifecycle.Gate``) | 503 | ``shutting_down``, |
 | | | ``engine_unavailable`` |
 | anything else | 500 | ``internal_error`` (logged; no internals in the body) |
