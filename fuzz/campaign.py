@@ -5,17 +5,20 @@
 Each harness (``fuzz_normalize``, ``fuzz_ebnf``, ``fuzz_validation``) runs as its own libFuzzer
 process for ``--seconds`` (``--jobs`` at once, at the lowest CPU priority: a campaign must not starve
 a server on the same machine). A harness that crashes stops early; its reproducer lands in ``--out``
-(``crash-<sha1>``). An input that took longer than libFuzzer's ``-report_slow_units`` (10 s) is kept
-there too (``slow-unit-<sha1>``) and reported apart: a finding to look at, not a failure (the
-normalizer's harness under coverage tracing meets one in its largest MaskBench seed, 1.2 MB). The
-report counts inputs from libFuzzer's own ``number_of_executed_units``; the exit status is 1 when
-any harness crashed, so a scheduled campaign can alert on it.
+(``crash-<sha1>``); where libFuzzer cannot write one (a stack overflow in native code), the input
+the harness was running is in ``<harness>.last-input`` there. An input that took longer than
+libFuzzer's ``-report_slow_units`` (10 s) is kept there too (``slow-unit-<sha1>``) and reported
+apart: a finding to look at, not a failure (the normalizer's harness under coverage tracing meets
+one in its largest MaskBench seed, 1.2 MB). The report counts inputs from libFuzzer's own
+``number_of_executed_units``; the exit status is 1 when any harness crashed, so a scheduled
+campaign can alert on it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -23,6 +26,8 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from fuzz.harness import LAST_INPUT
 
 FUZZ = Path(__file__).resolve().parent
 HARNESSES = ("fuzz_normalize", "fuzz_ebnf", "fuzz_validation")
@@ -54,11 +59,16 @@ def run_harness(name: str, seconds: float, out: Path) -> HarnessRun:
         f"-artifact_prefix={prefix}",
         "-print_final_stats=1",
     ]
-    proc = subprocess.run(command, cwd=FUZZ, capture_output=True, text=True, timeout=seconds + 300)
+    last = out / f"{name}.last-input"
+    env = {**os.environ, LAST_INPUT: str(last)}
+    proc = subprocess.run(command, cwd=FUZZ, capture_output=True, text=True, timeout=seconds + 300, env=env)
     units = _UNITS.findall(proc.stderr)
     crashes, slow = artifacts(out, name)
     if proc.returncode != 0 and not crashes:  # a crash libFuzzer could not write out
-        crashes = [f"exit status {proc.returncode}, no reproducer; its output ends: {proc.stderr[-2000:]}"]
+        ends = proc.stderr[-2000:]
+        crashes = [f"exit status {proc.returncode}; the input it was running: {last}; its output ends: {ends}"]
+    elif last.exists():
+        last.unlink()  # the last input of a clean run is no finding
     return HarnessRun(name, seconds, int(units[-1]) if units else 0, proc.returncode, crashes, slow)
 
 

@@ -20,6 +20,9 @@ SECONDS = int(os.environ.get("TOKENMOLD_FUZZ_SECONDS", "20"))
 
 @pytest.mark.parametrize("harness", ["fuzz_normalize.py", "fuzz_ebnf.py", "fuzz_validation.py"])
 def test_harness_finds_nothing(harness: str, tmp_path: Path) -> None:
+    from fuzz.harness import LAST_INPUT
+
+    last = tmp_path / "last-input"
     proc = subprocess.run(
         [
             sys.executable,
@@ -32,8 +35,10 @@ def test_harness_finds_nothing(harness: str, tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         timeout=SECONDS + 120,
+        env={**os.environ, LAST_INPUT: str(last)},
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    # A native crash leaves no libFuzzer reproducer; the harness wrote the input it was running.
+    assert proc.returncode == 0, f"input {last.read_bytes()!r}\n{proc.stderr[-4000:]}"
     assert "Done " in proc.stderr  # it really ran
 
 
@@ -75,6 +80,19 @@ def test_a_rule_repeated_next_to_other_content_compiles(grammar: str) -> None:
 def test_non_ascii_regex_errors_are_typed() -> None:
     with pytest.raises(RegexError):
         XGrammarBackend(EMPTY_VOCABULARY).compile_regex("(é")
+
+
+def test_a_harness_writes_each_input_before_running_it(tmp_path: Path) -> None:
+    from fuzz.harness import recording
+
+    def crash(data: bytes) -> None:
+        raise RuntimeError(data)
+
+    last = tmp_path / "last-input"
+    recording(lambda data: None, last)(b"first")
+    with pytest.raises(RuntimeError):
+        recording(crash, last)(b"root ::= root{2,3}")
+    assert last.read_bytes() == b"root ::= root{2,3}"
 
 
 def test_a_campaign_reports_slow_units_apart_from_crashes(tmp_path: Path) -> None:
