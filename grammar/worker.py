@@ -131,16 +131,12 @@ class _Worker:
 _CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
 
 
-def _crash_signal(worker: _Worker | None) -> str | None:
-    """The name of the crash signal ``worker`` died of mid-compile, if it was one (``None``: it is
-    alive, or was killed, or exited)."""
-    if worker is None:
+def _crash_signal(exitcode: int | None) -> str | None:
+    """The name of the crash signal a worker's ``exitcode`` says it died of (``None``: it was
+    killed, or exited)."""
+    if exitcode is None or exitcode >= 0 or -exitcode not in _CRASH_SIGNALS:
         return None
-    worker.process.join(timeout=2.0)
-    code = worker.process.exitcode
-    if code is None or code >= 0 or -code not in _CRASH_SIGNALS:
-        return None
-    return signal.Signals(-code).name
+    return signal.Signals(-exitcode).name
 
 
 class Lane(enum.Enum):
@@ -265,9 +261,10 @@ class WorkerPool:
                 )
             status, *rest = worker.conn.recv()
         except (EOFError, OSError):
-            crash = _crash_signal(worker)
+            crash = None
             if worker is not None:
-                self._discard(worker, died=True)
+                self._discard(worker, died=True)  # killed and joined: its exit code is its own if it had died
+                crash = _crash_signal(worker.process.exitcode)
             worker = None
             if crash is not None:
                 raise errors.CompileFailed(

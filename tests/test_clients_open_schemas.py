@@ -108,9 +108,17 @@ def test_langchain_with_structured_output(server, model, method) -> None:
     assert isinstance(answer["parsed"], Person) or finish == "length", answer
 
 
+def _agent_chat(server: str, model: str, **options: object):
+    from langchain_openai import ChatOpenAI
+
+    return ChatOpenAI(
+        base_url=f"{server}/v1", api_key=KEY, model=model, timeout=20, max_retries=0, max_tokens=MAX_TOKENS,
+        temperature=0, **options,
+    )  # fmt: skip
+
+
 def test_a_langgraph_react_agent_calls_its_tool(server, model) -> None:
     from langchain_core.tools import tool
-    from langchain_openai import ChatOpenAI
     from langgraph.prebuilt import create_react_agent
 
     asked: list[str] = []
@@ -121,10 +129,7 @@ def test_a_langgraph_react_agent_calls_its_tool(server, model) -> None:
         asked.append(city)
         return f"Sunny in {city}"
 
-    chat = ChatOpenAI(
-        base_url=f"{server}/v1", api_key=KEY, model=model, timeout=20, max_retries=0, max_tokens=MAX_TOKENS,
-        temperature=0,
-    )  # fmt: skip
+    chat = _agent_chat(server, model)
     # A 135M model rarely chooses a tool on its own: "required" makes it call one (the mask writes
     # the call in the model's format), return_direct ends the graph with the tool's answer.
     model_with_tool = chat.bind_tools([get_weather], tool_choice="required", parallel_tool_calls=False)
@@ -158,15 +163,6 @@ def test_128_tools_answer_in_time(server, model, tool_choice) -> None:
         assert choice.model_extra["validation"]["status"] == "accepted"
     else:  # auto may answer in text; a call cut off by max_tokens is never returned as a call
         assert tool_choice == "auto" or choice.finish_reason == "length", choice
-
-
-def _agent_chat(server: str, model: str, **options: object):
-    from langchain_openai import ChatOpenAI
-
-    return ChatOpenAI(
-        base_url=f"{server}/v1", api_key=KEY, model=model, timeout=20, max_retries=0, max_tokens=MAX_TOKENS,
-        temperature=0, **options,
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("strategy", ["provider", "auto", "tool"])

@@ -227,19 +227,25 @@ def _repeats_itself(printed: str) -> list[str] | None:
     following the references without end and dies of a stack overflow (SIGSEGV), found by
     fuzz/fuzz_ebnf.py. Such a rule has no content of its own to repeat: where the count allows
     none it writes nothing, else it never ends. Each rule has one body, so the rules form chains
-    of single links and any cycle is found by following them."""
+    of single links and any cycle is found by following them, each rule once (a hostile grammar
+    may chain thousands)."""
     links: dict[str, tuple[str, bool]] = {}
     for line in printed.splitlines():
         found = _LONE_REFERENCE.match(line)
         if found is not None:
             links[found.group(1)] = (found.group(2), found.group(3) is not None)
+    done: set[str] = set()  # rules whose chain has been followed: each is walked once
     for start in links:
-        path, name = [start], links[start][0]
-        while name in links and name not in path:
-            path.append(name)
+        walk: dict[str, int] = {}  # the rules of this walk, by position
+        name = start
+        while name in links and name not in done and name not in walk:
+            walk[name] = len(walk)
             name = links[name][0]
-        if name == start and any(links[rule][1] for rule in path):
-            return [*path, start]
+        if name in walk:  # the walk came back to one of its own rules: a cycle from there
+            cycle = list(walk)[walk[name] :]
+            if any(links[rule][1] for rule in cycle):
+                return [*cycle, name]
+        done.update(walk)
     return None
 
 
