@@ -124,6 +124,12 @@ class Closers:
             if closed is not None:
                 self.whole[token] = (opened, data[opened + 1 : opened + 1 + closed])
         self.whole_ids = np.array(sorted(self.whole), dtype=np.int64)
+        #: Every token with a quote in it, and its bytes: where a string's content so far ends in an
+        #: open escape or a split character the plain reading above does not hold (after a
+        #: backslash, ``"]["`` escapes its first quote and closes the string with its last).
+        quoted = sorted((token, data) for token, data in tokens_list if b'"' in data)
+        self.quoted_ids = np.array([token for token, _ in quoted], dtype=np.int64)
+        self.quoted: list[bytes] = [data for _, data in quoted]
         index = {content: i for i, content in enumerate(self.contents)}
         self.ids = np.array([token for token, _ in found], dtype=np.int64)
         self.group = np.array([index[content] for _, content in found], dtype=np.int64)
@@ -188,7 +194,8 @@ def restrict_closing(
     if before is not None and not raw.startswith(before.raw):
         before = None  # another string (the same pointer again): its scan starts afresh
     content = _extended(before, raw)
-    if content is None:  # an escape or a character split across tokens: nothing to clear yet
+    if content is None:  # an escape or a character split across tokens
+        _restrict_unread(raw, patterns, closers, words)
         return before if before is not None else Scan(b"", "", (0,) * len(patterns))
     searchers = [_searcher(p) for p in patterns]
     starts = before.starts if before is not None else (0,) * len(patterns)
@@ -218,6 +225,22 @@ def restrict_closing(
     else:  # the usual case: every closer goes, in one pass over the row
         keep_unless_emptied(words, words & closers.kept)
     return scan
+
+
+def _restrict_unread(raw: bytes, patterns: list[str], closers: Closers, words: np.ndarray) -> None:
+    """``restrict_closing`` where the content so far ends in an open escape or a split character,
+    which the closers' plain reading does not cover: each allowed token with a quote in it is read
+    after the content as written, and cleared where it closes the string with no match. Rare (a
+    step inside an escape), and few such tokens are allowed there (after a backslash, those that
+    begin with an escape's letter)."""
+    allowed = np.flatnonzero(token_bits(words, closers.quoted_ids))
+    refused = []
+    for index in allowed.tolist():
+        text = raw + closers.quoted[index]
+        at = closing_quote(text)
+        if at is not None and at >= len(raw) and not matches(text[:at], patterns):
+            refused.append(int(closers.quoted_ids[index]))
+    clear_unless_emptied(words, refused)
 
 
 def matches(raw: bytes, patterns: list[str]) -> bool:

@@ -66,6 +66,30 @@ def test_characters_are_counted_as_json_schema_counts_them() -> None:
     assert chars_before_close(b'"x', -1) == 2  # after a backslash, the quote is escaped
     assert chars_before_close(b"00e9", 4) == 1  # the rest of a \u escape
     assert chars_opened(b'":"abc') == 3 and chars_opened(b'abc"') == 0
+    assert chars_opened(b'","') == 1 and chars_opened(b'"]["') == 2  # a string opened and closed
+
+
+@pytest.mark.parametrize("bound", [0, 1, 2])
+def test_a_token_that_opens_and_closes_a_string_is_held_to_its_bound(vocab, bound) -> None:
+    """Where a bounded string may begin, no allowed token writes a whole string longer than the
+    bound (``","`` or ``"]["`` after ``{"a":`` with ``maxLength: 0``: found by a random walk on
+    MaskBench's ``o12418``), and every token llguidance allows with the bound in its grammar stays."""
+    schema = {"type": "object", "properties": {"a": {"type": "string", "maxLength": bound}}, "required": ["a"]}
+    guarded, reference = (
+        LLGuidanceBackend(vocab).compile_json_schema(schema, JsonOptions()),
+        _bounded_llguidance(vocab, schema),
+    )
+    rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
+    ours, theirs = guarded.matcher(), reference.matcher()
+    for token in vocab.encode('{"a":'):
+        assert ours.accept_token(token) and theirs.accept_token(token)
+    ours.fill_next_token_bitmask(rows, 0)
+    theirs.fill_next_token_bitmask(rows, 1)
+    allowed = set(allowed_tokens(rows[0].numpy(), vocab.vocab_size).tolist())
+    assert set(allowed_tokens(rows[1].numpy(), vocab.vocab_size).tolist()) <= allowed
+    whole = vocab.bound_table.closers.whole
+    over = [t for t in allowed if t in whole and chars_before_close(whole[t][1]) > bound]
+    assert not over, [vocab.bound_table.by_id[t] for t in over]
 
 
 def _bounded_llguidance(vocab, schema):

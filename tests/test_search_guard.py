@@ -19,6 +19,7 @@ from guard_paths import engine_and_local, first_refused
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bounds import strip_bounds
+from tokenmold.grammar.counts import closing_quote
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
 from tokenmold.grammar.rows import allowed_tokens
 from tokenmold.grammar.search_guard import _searcher, restrict_closing, searching
@@ -89,6 +90,33 @@ def test_a_scan_carried_along_a_string_clears_what_a_fresh_search_clears(vocab, 
         restrict_closing(b"12", [pattern], closers, fresh)
         restrict_closing(b"12", [pattern], closers, carried, before)
         assert np.array_equal(fresh, carried), (raw, before)
+
+
+def test_after_an_open_escape_every_token_that_closes_the_string_is_searched(vocab) -> None:
+    """Where the content so far ends in an open escape or a split character, the closers' plain
+    reading does not hold: after a backslash ``"]["`` escapes its first quote and closes the string
+    with its last. Such a token is kept only where the content it closes holds a match (found by a
+    random walk on MaskBench's ``o42982``: a string with no ``mesh_settings`` in it was closed)."""
+    pattern = "^.*[0-9]{2}.*$"
+    search = _searcher(pattern).regex.search
+    closers, spelling = vocab.bound_table.closers, vocab.bound_table.by_id
+    both = next(t for t, data in enumerate(spelling) if data == b'"]["')
+    for raw, kept in ((b"ab\\", False), (b"12\\", True), (b"a\\u00", None), ("\u00e9".encode()[:1], None)):
+        row = np.full((vocab.vocab_size + 31) // 32, -1, dtype=np.int32)
+        restrict_closing(raw, [pattern], closers, row)
+        allowed = set(allowed_tokens(row, vocab.vocab_size).tolist())
+        if kept is not None:
+            assert (both in allowed) is kept, raw
+        for token in allowed:
+            text = raw + spelling[token]
+            at = closing_quote(text)
+            if at is None:
+                continue
+            try:
+                content = json.loads(b'"' + text[:at] + b'"')
+            except ValueError:
+                continue  # not a JSON string: llguidance refuses it
+            assert search(content) is not None, (raw, spelling[token])
 
 
 def _llguidance(vocab, schema):
