@@ -140,9 +140,10 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         assert abs(row["constrained_tok_s"] - statistics.median(runs["tokenmold"])) <= 0.1
         low, high = row["http_overhead_interval"]
         assert low <= row["http_overhead_paired_median"] <= high
-        # The ratio per repeat: that repeat's tokenmold run over the unconstrained run before it.
-        paired = [c / u for c, u in zip(runs["tokenmold"], runs["unconstrained"], strict=True)]
-        assert row["ratio_runs"] == pytest.approx(paired, rel=0.01)
+        # The ratio per repeat: that repeat's tokenmold run over the unconstrained run before it
+        # (the runs are kept to 0.1 tok/s, which on a slow host moves a ratio by more than 1 %).
+        for ratio, c, u in zip(row["ratio_runs"], runs["tokenmold"], runs["unconstrained"], strict=True):
+            assert (c - 0.05) / (u + 0.05) - 0.001 <= ratio <= (c + 0.05) / (u - 0.05) + 0.001, (ratio, c, u)
         low, high = row["ratio_interval"]
         assert low <= row["ratio_paired_median"] <= high
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
