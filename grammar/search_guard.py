@@ -238,7 +238,7 @@ def _restrict_unread(raw: bytes, patterns: list[str], closers: Closers, words: n
     for index in allowed.tolist():
         text = raw + closers.quoted[index]
         at = closing_quote(text)
-        if at is not None and at >= len(raw) and not matches(text[:at], patterns):
+        if at is not None and not matches(text[:at], patterns):  # ``raw`` itself closes nothing
             refused.append(int(closers.quoted_ids[index]))
     clear_unless_emptied(words, refused)
 
