@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -476,11 +475,15 @@ def test_seeded_requests_in_chunked_prefills_do_not_kill_the_engine(server) -> N
     assert httpx.get(f"{server}/health").status_code == 200
 
 
-def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
+def test_a_slow_compile_times_out_and_the_server_serves_on(client) -> None:
+    """The slow compile is stopped at the server's --compile-timeout with a 400 that names it; a
+    request sent meanwhile is answered. That it is answered *before* the slow compile ends is
+    test_faults.py's check, on a server whose 30 s compile timeout leaves room for it: a 1 s window
+    is shorter than one generation on a slow host (the answer came 0.23 s too late on a 2-core CI host)."""
     tag = uuid.uuid4().hex[:6]  # a fresh shape: compile failures are cached
     slow = slow_regex(3, tag)  # about 5 s of xgrammar mask precomputation: well past 1 s
 
-    def slow_request() -> tuple[float, Exception | None]:
+    def slow_request() -> Exception | None:
         try:
             client.chat.completions.create(
                 model=MODEL,
@@ -489,8 +492,8 @@ def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
                 extra_body={"regex": slow},
             )
         except openai.BadRequestError as exc:
-            return time.monotonic(), exc
-        return time.monotonic(), None
+            return exc
+        return None
 
     def quick_request() -> openai.types.chat.ChatCompletion:
         return client.chat.completions.create(
@@ -501,17 +504,14 @@ def test_a_slow_compile_times_out_without_blocking_others(client) -> None:
             extra_body={"choice": ["yes", "no"]},
         )
 
-    quick_request()  # its grammar is cached now: what remains is one short generation
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(slow_request)
-        time.sleep(0.2)
         quick = quick_request()
-        quick_done = time.monotonic()
-        slow_done, error = pending.result()
+        error = pending.result()
     assert validation(quick.choices[0])["status"] == "accepted"
     assert isinstance(error, openai.BadRequestError) and error.body["code"] == "compile_timeout"
     assert "longer than 1 s" in error.message  # the server's --compile-timeout
-    assert quick_done < slow_done  # served while the other request's compile was still running
+    assert validation(quick_request().choices[0])["status"] == "accepted"  # and after it
 
 
 def test_metrics_count_requests_tokens_verdicts_and_the_cache(server, client) -> None:

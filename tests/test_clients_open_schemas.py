@@ -5,7 +5,7 @@ agent calling a tool; ``langchain.agents.create_agent`` with a tool and with a r
 a request with 128 tools. (The openai SDK's chat paths are in test_api*.py, its Responses
 API and the Agents SDK in test_responses.py.)
 
-Each call has a client timeout (20 s; 10 s for the tools): an answer is a parsed object, or, where
+Each call has a client timeout (20 s; 300 s for the 128 tools' ~3k-token prompt): an answer is a parsed object, or, where
 the small model loops inside a string value, an honest truncation (finish_reason ``length``) in
 that time, never a hang or an object with invented keys.
 """
@@ -141,13 +141,15 @@ def test_a_langgraph_react_agent_calls_its_tool(server, model) -> None:
 
 
 @pytest.mark.parametrize("tool_choice", ["required", "auto"])
-def test_128_tools_answer_in_time(server, model, tool_choice) -> None:
-    """Compiling 128 tools took past the 10 s compile timeout before. Their JSON definitions (~21k
-    tokens) do not fit the embedded model's 8,192-token context, and SmolLM2's template has no
-    tools section: the system prompt lists them one line per function instead (~3k tokens), and
-    the grammar holds the arguments to their schemas."""
+def test_128_tools_compile_within_the_compile_timeout(server, model, tool_choice) -> None:
+    """Compiling 128 tools took past the server's 10 s compile timeout before (a 400); now it
+    takes ~0.1 s. Their JSON definitions (~21k tokens) do not fit the embedded model's
+    8,192-token context, and SmolLM2's template has no tools section: the system prompt lists them
+    one line per function instead (~3k tokens), and the grammar holds the arguments to their
+    schemas. The client's timeout only guards against a hang: prefilling ~3k tokens took 42 s on a
+    2-core host without native bfloat16 (docs/operations.md)."""
     tools = [{"type": "function", "function": {"name": t.name, "parameters": t.parameters}} for t in tool_set(128)]
-    client = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=10)
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=300)
     completion = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "Look up today's weather news."}],
