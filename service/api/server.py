@@ -79,6 +79,7 @@ def serve(args: argparse.Namespace) -> int:
         RuntimeConfig(
             engine=EngineConfig(
                 model=args.model,
+                dtype=args.dtype,
                 max_model_len=args.max_model_len,
                 max_num_seqs=args.max_num_seqs,
                 tensor_parallel_size=args.tensor_parallel_size,

@@ -17,6 +17,7 @@ def _card(generation: Generation) -> ModelCard:
         id=generation.settings.model_name,
         created=int(generation.started),
         max_model_len=generation.runtime.engine.max_model_len,
+        dtype=generation.runtime.engine.dtype,
     )
 
 
