@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -147,6 +149,8 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> No
         low, high = row["ratio_interval"]
         assert low <= row["ratio_paired_median"] <= high
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
+    emulated_bf16 = host_is_x86() and not host_has_native_bf16()  # auto's float32 (service/dtype.py)
+    assert report["dtype"] == ("float32" if emulated_bf16 else "bfloat16")
     jump = report["jump_forward"]
     assert (
         0 < jump["forced_tokens"] < jump["output_tokens"] and jump["latency_ms"] > 0 and jump["latency_ms_no_jump"] > 0

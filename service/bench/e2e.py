@@ -209,6 +209,7 @@ async def _figures(args: argparse.Namespace, runtime: Runtime, http: _Http | Non
     report["ttft"] = await _ttft_figures(runtime, args.ttft_repeats)
     report["jump_forward"] = await _jump_figures(runtime, args.ttft_repeats)
     report["engine_start_s"] = round(runtime.engine.start_seconds, 1)
+    report["dtype"] = runtime.engine.dtype  # auto resolves by host (docs/operations.md#cpu-dtype)
     report["max_tokens"] = args.max_tokens
     report["repeats"] = args.repeats
     return report
@@ -407,6 +408,7 @@ def run_e2e(argv: list[str] | None = None) -> int:
     if not args.no_http and "tokenmold" not in args.modes:
         parser.error("the HTTP run is compared with the tokenmold mode: add it to --modes, or pass --no-http")
     report = asyncio.run(_bench(args))
+    print(f"engine dtype {report['dtype']}, {args.max_tokens} tokens a request, {args.repeats} repeats")
     print(f"{'batch':>6} " + " ".join(f"{header:>{width}}" for header, _, width in _COLUMNS) + "   (tok/s)")
     for batch in args.batch:
         r = report[str(batch)]
