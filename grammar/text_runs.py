@@ -4,12 +4,15 @@ characters, built once per vocabulary, and the run over it, once per pattern; or
 pattern reads apart from the characters it does not name only characters few texts write (a
 newline for ``.``), the others by their length alone and those few one at a time; where it does
 so only from some states (the ``.+`` after a literal), from those states so and from the others
-over the trie, which drops most texts at their first characters from a literal's states; and
+over the trie, which drops most texts at their first characters from a literal's states;
 where it reads one class of characters only (``^[\\w.:-]+$``), every text by its length if it
-writes nothing else, none if it does."""
+writes nothing else, none if it does; and where the caller asks of most texts only whether they
+leave the automaton alive, from the states that only a character killing from all of them can
+kill (a search's), none of those texts at all, the others one at a time."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -149,29 +152,95 @@ def trie(texts: list[str], index: dict[str, int]) -> Trie:
     )
 
 
-def run_texts(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> Runs:
+def run_texts(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie, settled: np.ndarray | None = None) -> Runs:
     """Where the texts (characters by ``lookup``'s class) lead from every state. The states from
     which the automaton reads apart from the characters it does not name (class ``rest``) only
     characters few texts write (``_wide``: the ``.+`` after a literal) run those few texts one at a
     time and the others by their length alone (``_run_apart``); the other states walk the trie
     (``_walk``), on their own where it drops most texts at their first characters from them (a
     literal's letters: walked from the ``.+`` too, it would drop none). An automaton that reads
-    one class only runs the texts of that class by their length (``_one_class``)."""
+    one class only runs the texts of that class by their length (``_one_class``). Where the
+    caller judges the texts ``settled`` marks (by text) only on whether they leave the automaton
+    alive, the states no text can kill but by a character that kills from all of them
+    (``_lasting``: a search's, the ``.*`` after a literal) run only the other texts, and those
+    texts lead from there to a live state, not necessarily the one the automaton reaches."""
     everyone = np.arange(len(moves), dtype=moves.dtype)
     read = np.flatnonzero((moves[:-1] != len(moves) - 1).any(axis=0))
     one = _one_class(moves, lookup, int(read[0]), texts) if len(read) == 1 and read[0] != rest else None
     if one is not None:
         return _run_apart(moves, lookup, texts, one)
     wide = _wide(moves, lookup, rest, texts)
-    if wide is None:
-        return _walk(moves, lookup, texts, everyone)
+    lasting = None if settled is None else _lasting(moves)
+    splits = []  # the larger set of states first (the other may do where the trie keeps it)
+    if wide is not None:
+        splits.append((wide, lambda: _apart(moves, lookup, rest, texts, wide)))
+    if lasting is not None and settled is not None:
+        states, killers = lasting
+        split = (states, lambda: _settled(moves, lookup, texts, states, killers, settled))
+        splits.insert(0 if wide is None or len(states) > len(wide) else 1, split)
+    for states, apart in splits:
+        found = _split(moves, lookup, texts, states, apart)
+        if found is not None:
+            return found
+    return _walk(moves, lookup, texts, everyone)
+
+
+def _split(
+    moves: np.ndarray, lookup: np.ndarray, texts: Trie, wide: np.ndarray, apart: Callable[[], _Apart]
+) -> Runs | None:
+    """The texts run ``apart`` from the ``wide`` states and over the trie from the others, joined;
+    ``None`` where the trie would not drop most texts early from those others (``_drops``)."""
     others: np.ndarray = np.ones(len(moves), dtype=bool)
     others[wide] = False
-    narrow = everyone[others]
+    narrow = np.flatnonzero(others).astype(moves.dtype)
     if len(narrow) and not _drops(moves, lookup, narrow, wide, texts):
-        return _walk(moves, lookup, texts, everyone)
-    apart = _run_apart(moves, lookup, texts, _apart(moves, lookup, rest, texts, wide))
-    return _joined(len(moves), _walk(moves, lookup, texts, narrow), narrow, apart) if len(narrow) else apart
+        return None
+    runs = _run_apart(moves, lookup, texts, apart())
+    return _joined(len(moves), _walk(moves, lookup, texts, narrow), narrow, runs) if len(narrow) else runs
+
+
+def _lasting(moves: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The largest set of live states from which each class either leads back into the set or
+    kills from every state of it (the dead one added), and those killing classes: from such a
+    state a text lives exactly when it writes none of them (a search's states, where only a
+    newline kills; ``^#/.+/value$`` past ``#/``). ``None``: no such state, or none found within
+    ``_LASTING_ROUNDS`` (a count's states leave one at a time from its end: ``^.{1,256}$`` would
+    take 257 rounds to find none)."""
+    dead = len(moves) - 1
+    kept: np.ndarray = np.ones(len(moves), dtype=bool)
+    kept[dead] = False
+    for _ in range(_LASTING_ROUNDS):
+        if not kept.any():
+            return None
+        into = moves[kept]
+        killers = (into == dead).all(axis=0)
+        stays = (killers[None, :] | kept[into]).all(axis=1)
+        if stays.all():
+            kept[dead] = True
+            return np.flatnonzero(kept).astype(moves.dtype), killers
+        kept[np.flatnonzero(kept)[~stays]] = False
+    return None
+
+
+#: At most this many rounds of dropping states in ``_lasting`` (MaskBench's searches take one or
+#: two, a literal before a ``.*`` two).
+_LASTING_ROUNDS = 4
+
+
+def _settled(
+    moves: np.ndarray, lookup: np.ndarray, texts: Trie, states: np.ndarray, killers: np.ndarray, settled: np.ndarray
+) -> _Apart:
+    """From ``_lasting``'s ``states``, the texts ``settled`` does not mark run one at a time; those
+    it marks, unless they write a killing character (they die), lead to their start state, alive
+    as the state they reach is (the judge asks no more of them)."""
+    killing = np.flatnonzero(killers[lookup[1:]]) + 1
+    codes = texts.codes[killing]
+    living = _writing_none(texts, codes[codes < 128])
+    living[_writers(texts, killing[codes >= 128])] = False
+    by_rank = settled[texts.order]
+    longest = int(texts.sizes[0]) if len(texts.sizes) else 0
+    lengths = np.repeat(states[:, None], longest + 1, axis=1)
+    return _Apart(states, np.flatnonzero(living & ~by_rank), lengths, living & by_rank)
 
 
 def _drops(moves: np.ndarray, lookup: np.ndarray, narrow: np.ndarray, wide: np.ndarray, texts: Trie) -> bool:
@@ -313,7 +382,7 @@ def _wide(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie) -> np.n
         reading = kept & (own > 0)
         if not reading.any():
             return None
-        kept &= own < np.median(own[reading])
+        kept &= own < _median(own[reading])
     states = np.flatnonzero(kept).astype(moves.dtype)
     return states if (deep[states] != dead).any() else None
 
@@ -335,6 +404,25 @@ def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie, states
     plain: np.ndarray = np.ones(len(texts.sizes), dtype=bool)
     plain[_writers(texts, named[killing])] = False
     return _Apart(states, ranks[plain[ranks]], by_length, plain)
+
+
+def _median(values: np.ndarray) -> float:
+    """``np.median(values)`` without it: its first call in a process imports ``numpy.ma`` (5 ms,
+    paid by whichever compile first got there)."""
+    ordered = np.sort(values)
+    middle = len(ordered) // 2
+    return float(ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2)
+
+
+def _writing_none(texts: Trie, codes: np.ndarray) -> np.ndarray:
+    """By rank, whether the text writes none of the ASCII characters ``codes``: a text's ASCII
+    characters are two words of bits, so two ANDs (``_writers`` gathers every text writing any)."""
+    words = []
+    for word in (0, 1):
+        bits = (codes[codes // 64 == word] % 64).astype(np.uint64)
+        words.append(np.bitwise_or.reduce(np.left_shift(np.uint64(1), bits), initial=np.uint64(0)))
+    found: np.ndarray = ((texts.ascii_bits[0] & words[0]) | (texts.ascii_bits[1] & words[1])) == 0
+    return found
 
 
 def _writers(texts: Trie, chars: np.ndarray) -> np.ndarray:
@@ -376,12 +464,7 @@ def _one_class(moves: np.ndarray, lookup: np.ndarray, read: int, texts: Trie) ->
     if (by_length[:, min(_APART_DEPTH if few else _CLASS_DEPTH, by_length.shape[1] - 1)] == len(moves) - 1).all():
         return None
     ascii_chars = (texts.codes > 0) & (texts.codes < 128)
-    members = texts.codes[ascii_chars & (lookup[: len(texts.codes)] == read)]
-    outside = []  # per word, the ASCII characters not of the class
-    for word in (0, 1):
-        inside = (members[members // 64 == word] % 64).astype(np.uint64)
-        outside.append(~np.bitwise_or.reduce(np.left_shift(np.uint64(1), inside), initial=np.uint64(0)))
-    plain: np.ndarray = ((texts.ascii_bits[0] & outside[0]) | (texts.ascii_bits[1] & outside[1])) == 0
+    plain = _writing_none(texts, texts.codes[ascii_chars & (lookup[: len(texts.codes)] != read)])
     plain[texts.beyond] = False
     read_beyond = (lookup[: len(texts.codes)][texts.codes >= 128] == read).any()
     return _Apart(by_length[:, 0], texts.beyond if read_beyond else texts.beyond[:0], by_length, plain)
@@ -398,6 +481,9 @@ def _run_apart(moves: np.ndarray, lookup: np.ndarray, texts: Trie, apart: _Apart
     kept = (apart.by_length != len(moves) - 1).any(axis=0)[sizes]
     ended.add(texts.order[plain][kept], apart.by_length, sizes[kept])
     lengths = texts.sizes[apart.ranks]
+    empty = apart.ranks[lengths == 0]  # the last ones (longest first): they end where they start
+    if len(empty):
+        ended.add(texts.order[empty], apart.states[:, None], np.zeros(len(empty), dtype=np.int64))
     at = np.arange(int(lengths.max(initial=0)))[:, None]
     inside = at < lengths[None, :]
     chars: np.ndarray = np.zeros(inside.shape, dtype=np.int64)
@@ -483,7 +569,8 @@ _TABLE_SIZE = 1 << 23
 
 class Runs(NamedTuple):
     """Where ``texts`` lead: text ``texts[i]`` ends, from state ``s``, in ``ends[s, which[i]]``
-    (texts that end alike share a column)."""
+    (texts that end alike share a column); a text ``run_texts`` was told is settled may end, from
+    a state it leaves alive, in another live state than the automaton's."""
 
     texts: np.ndarray
     which: np.ndarray

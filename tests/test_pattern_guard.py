@@ -70,7 +70,9 @@ def test_anchored_patterns_with_a_counted_run_or_a_small_automaton_leave_the_gra
     "pattern",
     # Few texts get past the first state (rows from their tokens alone) or most do (rows gathered
     # from every token's), in up to eight rows or more (``^[a-z0-9-]{1,12}$``); texts run by their
-    # length but the few with a newline (``^.{2,40}$``).
+    # length but the few with a newline (``^.{2,40}$``); from states only a newline kills, the
+    # texts that stay inside the string judged alive without being run (``BRANCHES``, the ``.+``
+    # after ``#/``, ``^.*\w[-\w_]*$``).
     [
         ID,
         "^(?:ab){2}c[0-9]{0,3}$",
@@ -80,6 +82,8 @@ def test_anchored_patterns_with_a_counted_run_or_a_small_automaton_leave_the_gra
         BRANCHES,
         "^[a-z0-9-]{1,12}$",
         "^.{2,40}$",
+        "^#/.+/ab$",
+        "^.*\\w[-\\w_]*$",
     ],
 )
 def test_each_row_keeps_the_tokens_the_validator_lets_go_on(vocab, pattern) -> None:

@@ -95,3 +95,40 @@ def _noted(apart: text_runs._Apart, ran: list[str]) -> text_runs._Apart:
     if apart.plain is not None:
         ran.append("dropped")
     return apart
+
+
+@pytest.mark.parametrize("pattern", [SEARCH, SPLIT, "^#/.+/v$", LINES, SMALL])
+@pytest.mark.parametrize("count", [40, 6000])
+def test_settled_texts_lead_to_a_state_alive_as_the_one_they_reach(pattern, count, monkeypatch) -> None:
+    """Where the caller asks only whether a text leaves the automaton alive (``settled``), the
+    states only a character killing from all of them can kill (a search's; the ``.+`` after a
+    literal) run the other texts alone: a settled text leads from them to a live state exactly
+    where it reaches one, every other text where the automaton leads it. A count's states (LINES)
+    and a class that kills some states only (SMALL's ``x``) are not such states."""
+    ran: list[str] = []
+    original = text_runs._settled
+    monkeypatch.setattr(text_runs, "_settled", lambda *args: ran.append("settled") or original(*args))
+    machine = automaton(pattern)
+    assert machine is not None
+    texts = _texts(count, count, 'abc.-x"é#/v\n')
+    index: dict[str, int] = {}
+    built = trie(texts, index)
+    lookup = np.array([0] + [machine.class_of(c) for c in index], dtype=np.int64)
+    settled = np.array([number % 7 != 2 for number in range(len(texts))])
+    runs = run_texts(machine.moves, lookup, machine.rest, built, settled)
+    ends = np.full((machine.dead + 1, len(texts)), machine.dead)
+    ends[:, runs.texts] = runs.ends[:, runs.which]
+    for number, text in enumerate(texts):
+        for state in range(machine.dead + 1):
+            reached = machine.run(state, text)
+            if settled[number]:
+                assert (ends[state, number] == machine.dead) == (reached == machine.dead), (state, text)
+            else:
+                assert ends[state, number] == reached, (state, text)
+    assert len(set(runs.texts.tolist())) == len(runs.texts)
+    # Past 2,048 texts SEARCH's literals are read apart by too many for ``_wide``: its states are
+    # run so; SPLIT's ``.*`` and the ``.+`` are ``_wide``'s too, which keeps them where it covers
+    # as many states.
+    if pattern == SEARCH and count > 2048:
+        assert "settled" in ran
+    assert "settled" not in ran or pattern in (SEARCH, SPLIT, "^#/.+/v$")
