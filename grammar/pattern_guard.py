@@ -177,6 +177,7 @@ class PatternTokens:
         index: dict[str, int] = {}
         self._texts = trie(texts, index)
         self.chars: list[str] = list(index)
+        self._index = index
         modes = [mode for _, _, mode in inside] + [mode for _, _, _, mode in opening] + [m for _, _, m in escaping]
         self._modes = np.array(modes, dtype=np.int8)
         self._rows: dict[str, PatternRows] = {}
@@ -208,7 +209,7 @@ class PatternTokens:
         return found
 
     def _build(self, machine: Automaton) -> PatternRows:
-        lookup = np.array([0] + [machine.class_of(c) for c in self.chars], dtype=np.int64)
+        lookup = self._lookup(machine)
         # A text that stays inside the string is judged only on leaving the automaton alive: from a
         # search's states most texts need no run (``_EXTEND``: 50,645 of the embedded 51,699).
         runs = run_texts(machine.moves, lookup, machine.rest, self._texts, self._modes == _EXTEND)
@@ -245,6 +246,20 @@ class PatternTokens:
         chosen = (texts >= inside) & (texts < opening)
         opens[texts[chosen] - inside] = by_combo[each[chosen], machine.initial]
         return PatternRows(machine, rows | self._unjudged, escapes | self._unescaped, row_of, opens)
+
+    def _lookup(self, machine: Automaton) -> np.ndarray:
+        """Each character's class in ``machine``, by index (0: padding): ASCII ones from its table,
+        the others ``rest`` but those it names (the embedded 447: 0.03 ms, against 0.1 one at a time)."""
+        codes = self._texts.codes
+        lookup: np.ndarray = np.full(len(codes), machine.rest, dtype=np.int64)
+        lookup[0] = 0
+        ascii_at = np.flatnonzero(codes[1:] < 128) + 1
+        lookup[ascii_at] = np.asarray(machine.ascii, dtype=np.int64)[codes[ascii_at]]
+        for char, named in machine.other.items():
+            at = self._index.get(char)
+            if at is not None:
+                lookup[at] = named
+        return lookup
 
 
 def _gathered(combos: np.ndarray, table: np.ndarray) -> np.ndarray:
