@@ -173,11 +173,9 @@ class PatternTokens:
         #: Tokens that go on from an open backslash: what the escape and the rest write.
         self.escape_ids = np.array([t for t, _, _ in escaping], dtype=np.int64)
         texts = [text for _, text, _ in inside] + [text for _, _, text, _ in opening] + [t for _, t, _ in escaping]
-        #: The distinct characters written, by index (0 is padding).
-        index: dict[str, int] = {}
-        self._texts = trie(texts, index)
-        self.chars: list[str] = list(index)
-        self._index = index
+        #: The index of each distinct character written (from 1: 0 is padding).
+        self._index: dict[str, int] = {}
+        self._texts = trie(texts, self._index)
         modes = [mode for _, _, mode in inside] + [mode for _, _, _, mode in opening] + [m for _, _, m in escaping]
         self._modes = np.array(modes, dtype=np.int8)
         self._rows: dict[str, PatternRows] = {}
