@@ -7,9 +7,11 @@ from __future__ import annotations
 import random
 import time
 
+import numpy as np
 import pytest
 import regex
 
+from tokenmold.grammar import pattern_automaton
 from tokenmold.grammar.pattern_automaton import CharAutomaton, TooLarge, build, minimized
 from tokenmold.grammar.pattern_shapes import guarded
 
@@ -72,6 +74,38 @@ def test_a_search_merges_its_states_at_a_universal_position_and_minimizes() -> N
     assert build("(?:.*a.*|.*b.*)", 1200, 300).size <= 5  # two universal positions, one state
     # a universal position alone in its states, or beside positions that read more: nothing merged
     assert not build("[a-z]+", 1200, 300).searched and not build("(?:x[a-c]*|.*xb.*z)", 1200, 300).searched
+
+
+def _blocks(machine: CharAutomaton) -> int:
+    """How many blocks Moore's partition has, found without hashing: the textbook rounds over
+    whole rows, to compare ``minimized`` with."""
+    block = [int(state in machine.finals) for state in range(machine.size)]
+    while True:
+        rows = [(block[s], *(-1 if m is None else block[m] for m in machine.moves[s])) for s in range(machine.size)]
+        numbered = {row: i for i, row in enumerate(sorted(set(rows)))}
+        if len(numbered) == len(set(block)):
+            return len(numbered)
+        block = [numbered[row] for row in rows]
+
+
+@pytest.mark.parametrize(
+    "core",
+    [PATTERNS[3], "(integration\\.response\\.header\\..).*|.*(integration\\.response\\.body\\..).*", PATTERNS[14]],
+)
+def test_minimizing_merges_exactly_the_equivalent_states_even_when_every_hash_collides(core, monkeypatch) -> None:
+    built = build(core, 1200, 300)
+    blocks = _blocks(built)
+    assert minimized(built).size == blocks
+    # Every state hashed alike: the rounds end in one block, final states with the others; the
+    # check finds that no congruence, and the rounds run again over whole rows.
+    monkeypatch.setattr(pattern_automaton, "_hashed", lambda block, targets: np.zeros(len(block), dtype=np.uint64))
+    collided = minimized(built)
+    assert collided.size == blocks
+    compiled = regex.compile(core, regex.ASCII)
+    rng = random.Random(core)
+    for _ in range(2000):
+        text = "".join(rng.choice(ALPHABET + "intgrsponheadbdy") for _ in range(rng.randrange(40)))
+        assert _accepts(collided, text) == (compiled.fullmatch(text) is not None), text
 
 
 @pytest.mark.parametrize(
