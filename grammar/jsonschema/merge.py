@@ -71,6 +71,36 @@ def plain_leaf(schema: Any, known: frozenset[str]) -> dict[str, Any] | None:
     return out
 
 
+#: The keywords of a ``plain_object``, besides annotations and words the draft does not know.
+_PLAIN_OBJECT = frozenset({"type", "properties", "required", "additionalProperties"})
+
+
+def plain_object(schema: Any, known: frozenset[str]) -> bool:
+    """Whether ``schema`` alone is an object that ``Merge`` would only copy: ``type: object`` with
+    ``properties``, ``required`` (each a listed property) and ``additionalProperties`` true or
+    false at most, annotations and words the draft does not know (``known``: its keywords).
+
+    Such objects are most of a large schema's positions that are not leaves (`o3625`: 33 of 63),
+    and each cost a ``Merge`` with its five families for what the normalizer now writes directly
+    (``_Normalizer._plain_object``): `o3625`'s normalization 4.6 → 3.5 ms, `vercel`'s 5.9 → 4.7,
+    all 8,481 MaskBench files' 18.5 → 16.6 s, with the same schemas, reports and errors, strict or
+    not. tests/normalize/test_normalize_properties.py checks the two agree, as for ``plain_leaf``."""
+    if not isinstance(schema, dict) or schema.get("type") != "object":
+        return False
+    for key in schema:
+        if key in known and key not in _PLAIN_OBJECT:
+            return False
+    if not (schema.keys() & _PLAIN_OBJECT) <= known:
+        return False
+    properties = schema.get("properties", {})
+    additional = schema.get("additionalProperties", True)
+    return (
+        isinstance(properties, dict)
+        and isinstance(additional, bool)
+        and all(name in properties for name in schema.get("required", ()))
+    )
+
+
 class Merge:
     """The keywords of all conjuncts of one schema position, combined as they are added."""
 

@@ -122,11 +122,7 @@ class ObjectMerge:
                 properties[name] = child(conjuncts)
             except Unsat as reason:
                 if name in self.required:
-                    raise Unsat(
-                        f"required property {name!r} can never be valid: {reason.message} (at {reason.pointer or '/'})",
-                        self.required[name],
-                        "required",
-                    ) from None
+                    raise impossible_required(name, reason, self.required[name]) from None
                 if additional is not False:
                     properties[name] = never()
         required = list(properties) if strict else list(self.required)
@@ -177,6 +173,16 @@ class ObjectMerge:
                     "enforced for declared properties only (additionalProperties widened to admit its values); "
                     "checked by validation",
                 )
+
+
+def impossible_required(name: str, reason: Unsat, pointer: str) -> Unsat:
+    """Why an object cannot be valid: its required property ``name`` cannot (the ``required`` at
+    ``pointer`` lists it)."""
+    return Unsat(
+        f"required property {name!r} can never be valid: {reason.message} (at {reason.pointer or '/'})",
+        pointer,
+        "required",
+    )
 
 
 def _uncovered(patterns: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -23,11 +23,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmold.grammar.errors import LimitExceeded, SchemaError, UnsatisfiableSchema
-from tokenmold.grammar.jsonschema.conjunct import Conjunct, Identity, Unsat, never
+from tokenmold.grammar.jsonschema.conjunct import Conjunct, Identity, Unsat, never, pointer_token
 from tokenmold.grammar.jsonschema.depth import check_depth
 from tokenmold.grammar.jsonschema.distribute import Alternatives, distinct, layout
 from tokenmold.grammar.jsonschema.graph import check_ref_loops, finite, finite_definitions
-from tokenmold.grammar.jsonschema.merge import Merge, plain_leaf
+from tokenmold.grammar.jsonschema.keywords import ANNOTATIONS, ENFORCED
+from tokenmold.grammar.jsonschema.merge import Merge, plain_leaf, plain_object
+from tokenmold.grammar.jsonschema.merge_objects import impossible_required
 from tokenmold.grammar.jsonschema.metaschema import LEGACY_REF, Checker, Draft, draft_of
 from tokenmold.grammar.jsonschema.refs import Resolver
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
@@ -242,6 +244,8 @@ class _Normalizer:
             if leaf is not None:
                 self.enforce("type")
                 return leaf
+            if plain_object(conjuncts[0].schema, self.known):
+                return self._plain_object(conjuncts[0].schema, conjuncts[0].pointer, depth, copies)
         merge = Merge(self, conjuncts[0].pointer if conjuncts else settled[0].pointer if settled else "")
         inlined = {pointer for _, pointer, _ in settled}
         seen = {conj.identity() for conj in settled}
@@ -263,6 +267,41 @@ class _Normalizer:
         out = merge.emit(lambda sub: self._child(sub, depth + 1, copies), strict=self.strict)
         if "properties" in out:
             self._count_emitted(len(out["properties"]), merge.pointer)
+        return out
+
+    def _plain_object(self, schema: dict[str, Any], pointer: str, depth: int, copies: int) -> dict[str, Any]:
+        """What ``Merge`` writes for a ``plain_object``: each property normalized in the order
+        listed (an impossible one is an error if required, else left out of a closed object and
+        kept impossible in an open one), ``required`` without repeats (every property, strict),
+        the object closed where it says so (always, strict) and spelled open where nothing else
+        says anything, then the annotations."""
+        self.enforce(*(schema.keys() & self.known & ENFORCED))
+        required = dict.fromkeys(schema.get("required", ()))
+        closed = self.strict or schema.get("additionalProperties") is False
+        properties: dict[str, Any] = {}
+        for name, subschema in schema.get("properties", {}).items():
+            conj = Conjunct(subschema, f"{pointer}/properties/{pointer_token(name)}", ())
+            try:
+                properties[name] = self._child([conj], depth + 1, copies)
+            except Unsat as reason:
+                if name in required:
+                    raise impossible_required(name, reason, f"{pointer}/required") from None
+                if not closed:
+                    properties[name] = never()
+        out: dict[str, Any] = {"type": "object"}
+        if properties:
+            out["properties"] = properties
+            self._count_emitted(len(properties), pointer)
+        names = list(properties) if self.strict else list(required)
+        if names:
+            out["required"] = names
+        if closed:
+            out["additionalProperties"] = False
+        elif not properties:
+            out["additionalProperties"] = True
+        for key in ANNOTATIONS:
+            if key in schema:
+                out[key] = schema[key]
         return out
 
     def _flatten(

@@ -164,10 +164,14 @@ def test_random_schemas_normalize_or_raise_shape_errors_and_compile(compiler: xg
     compiler.compile_json_schema(text, any_whitespace=False, strict_mode=False, separators=(",", ":"))
 
 
-def _normalized_both_ways(schema: Any, strict: bool) -> tuple[Any, Any]:
-    """The normalization of ``schema`` with primitive leaves taken as they are
-    (``merge.plain_leaf``) and through the whole merge: schema (as text, key order included),
-    report, or the error, each way."""
+#: The normalizer's shortcuts, each replaced by one that never applies (the whole merge then runs).
+_WITHOUT = {"plain_leaf": lambda schema, known: None, "plain_object": lambda schema, known: False}
+
+
+def _normalized_both_ways(schema: Any, strict: bool, shortcut: str = "plain_leaf") -> tuple[Any, Any]:
+    """The normalization of ``schema`` with ``shortcut`` (``merge.plain_leaf``: primitive leaves
+    taken as they are; ``merge.plain_object``: plain objects written directly) and through the
+    whole merge: schema (as text, key order included), report, or the error, each way."""
 
     def outcome() -> Any:
         try:
@@ -179,24 +183,25 @@ def _normalized_both_ways(schema: Any, strict: bool) -> tuple[Any, Any]:
         return json.dumps(out.schema), sorted(report.enforced), notes
 
     fast = outcome()
-    kept = normalize.plain_leaf
-    normalize.plain_leaf = lambda schema, known: None
+    kept = getattr(normalize, shortcut)
+    setattr(normalize, shortcut, _WITHOUT[shortcut])
     try:
         return fast, outcome()
     finally:
-        normalize.plain_leaf = kept
+        setattr(normalize, shortcut, kept)
 
 
 @pytest.mark.skipif(not os.path.isdir(MASKBENCH), reason="MaskBench corpus not present")
 @pytest.mark.filterwarnings("ignore::FutureWarning")
-def test_primitive_leaves_normalize_as_the_whole_merge_would_on_maskbench() -> None:
-    """The leaf shortcut writes what the merge writes (checked on all 8,481 files once; a sample
+@pytest.mark.parametrize("shortcut", sorted(_WITHOUT))
+def test_shortcuts_normalize_as_the_whole_merge_would_on_maskbench(shortcut: str) -> None:
+    """Each shortcut writes what the merge writes (checked on all 8,481 files once; a sample
     here), strict or not."""
     for path in _corpus_sample():
         with open(path, encoding="utf-8") as handle:
             schema = json.load(handle)["schema"]
         for strict in (False, True):
-            fast, merged = _normalized_both_ways(schema, strict)
+            fast, merged = _normalized_both_ways(schema, strict, shortcut)
             assert fast == merged, (os.path.basename(path), strict)
 
 
@@ -230,6 +235,58 @@ def test_primitive_leaves_normalize_as_the_whole_merge_would(schema: Any, leaf: 
     for strict in (False, True):
         fast, merged = _normalized_both_ways(root, strict)
         assert fast == merged
+
+
+_NAMES = st.sampled_from(["a", "b", "c/d", "~e"])
+#: Members that normalize (or are impossible: a contradiction) more often than ``_schemas``' do.
+_MEMBERS = [
+    {"type": "string"},
+    {},
+    {"type": "object"},
+    {"enum": [1, "x"]},
+    {"type": "integer", "minimum": 3, "maximum": 1},
+]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    members=st.dictionaries(_NAMES, st.one_of(st.booleans(), st.sampled_from(_MEMBERS), _schemas()), max_size=4),
+    required=st.lists(_NAMES, max_size=4),
+    rest=st.fixed_dictionaries(
+        {},
+        optional={
+            "additionalProperties": st.sampled_from([True, False, {}, {"type": "integer"}]),
+            "title": st.text(max_size=3),
+            "description": st.text(max_size=3),
+            "default": VALUES,
+            "x-extra": VALUES,
+            "$comment": st.text(max_size=3),
+            "minProperties": st.integers(0, 2),
+            "const": VALUES,
+        },
+    ),
+    listed=st.booleans(),
+    draft=st.sampled_from([None, "http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#"]),
+)
+@example(members={"a": {}}, required=["a", "a"], rest={}, listed=True, draft=None)
+@example(members={"a": False, "b": {}}, required=["b"], rest={"additionalProperties": False}, listed=True, draft=None)
+def test_plain_objects_normalize_as_the_whole_merge_would(
+    members: Any, required: Any, rest: Any, listed: bool, draft: str | None
+) -> None:
+    """Random objects around the shortcut's edge: impossible members (``false``, contradictions),
+    required or not, in closed and open objects, required names listed or not, repeated, escaped
+    in pointers, next to annotations, words the draft does not know and keywords that send the
+    object through the merge; at the root, as a property and as array items."""
+    plain: Any = {"type": "object", **({"properties": members} if listed else {}), **rest}
+    if required:
+        plain["required"] = required
+    root: Any = {"type": "object", "properties": {"o": plain, "list": {"type": "array", "items": plain}}}
+    for schema in (plain, root):
+        if draft is not None:
+            schema = {**schema, "$schema": draft}
+        for strict in (False, True):
+            fast, merged = _normalized_both_ways(schema, strict, "plain_object")
+            assert fast == merged
 
 
 # Semantic properties, checked through the compiled grammar (whitespace allowed, so that xgrammar's
