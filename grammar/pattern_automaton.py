@@ -308,7 +308,7 @@ def minimized(machine: CharAutomaton) -> CharAutomaton:
 
     A round reads each state's block and its moves' blocks as one 64-bit hash, not as a row of
     them: a long literal takes a round per character (30 for `o21850`'s search), and comparing
-    whole rows cost 2.3 ms there against 1.2 (all 821 patterns MaskBench makes the guard hold:
+    whole rows cost 2.4 ms there against 1.3 (all 821 patterns MaskBench makes the guard hold:
     the same automata). A collision can only merge states, so the partition found is checked:
     a partition whose blocks are final alike and move alike (a congruence) accepts what the
     automaton accepts, and else the rounds run again over whole rows (``_sorted``)."""
