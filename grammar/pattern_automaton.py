@@ -361,8 +361,9 @@ def _refined(
     while True:
         keys = signature(block, targets)
         order = np.argsort(keys, kind="stable")
+        ordered = keys[order]
         ranks: np.ndarray = np.zeros(len(keys), dtype=np.int64)
-        np.cumsum(keys[order][1:] != keys[order][:-1], out=ranks[1:])
+        np.cumsum(ordered[1:] != ordered[:-1], out=ranks[1:])
         refined: np.ndarray = np.empty_like(ranks)
         refined[order] = ranks
         if int(ranks[-1]) + 1 == count:
