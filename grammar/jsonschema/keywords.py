@@ -1,13 +1,13 @@
 """What the grammar does with each JSON Schema keyword: enforces it, or leaves it to validation.
 
-Measured on xgrammar 0.2.8 and llguidance 1.9.1; every keyword outside ``ENFORCED`` that a schema
+Measured on xgrammar 0.2.8 and llguidance 1.7.6; every keyword outside ``ENFORCED`` that a schema
 uses is named in the report, never silently dropped.
 """
 
 from __future__ import annotations
 
 #: Formats both JSON backends turn into a grammar (verified by compiling and matching examples):
-#: xgrammar 0.2.8 also knows ``uri-reference``, llguidance 1.9.1 refuses it, so it is validated only.
+#: xgrammar 0.2.8 also knows ``uri-reference``, llguidance 1.7.6 refuses it, so it is validated only.
 GRAMMAR_FORMATS = frozenset(
     {"date", "time", "date-time", "duration", "email", "uuid", "uri", "ipv4", "ipv6", "hostname"}
 )
