@@ -3,6 +3,7 @@
     tokenmold generate (--schema FILE | --pydantic MODULE:CLASS | --grammar FILE | --regex RE
                         | --choice A,B,...) --prompt TEXT [--max-tokens N] [--temperature T]
                         [--seed S] [--model M] [--strict] [--stop S]... [--fit-budget]
+                        [--verbose] [--log-level LEVEL]
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
                     [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
                     [--tool-call-format hermes|llama3|mistral] ...
@@ -14,6 +15,11 @@
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
 5 fitted (``--fit-budget``: valid, but the budget shortened it), 2 bad input (one precise line on
 stderr, no traceback), 1 internal error.
+
+Commands that start the engine (``generate``, ``serve``, ``batch``, ``extract``) keep stderr for
+tokenmold's own lines and errors: the engine's logs and warnings appear with ``--verbose`` or
+``--log-level`` (``serve``'s flag also sets uvicorn's level, whose startup and access lines it
+always shows).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tokenmold.service.dtype import AUTO, CHOICES
+from tokenmold.service.environment import LOG_LEVELS, configure_logging
 from tokenmold.service.errors import BadInput
 
 if TYPE_CHECKING:
@@ -47,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["bench"]:
         return _bench(argv[1:])
     args = _parser().parse_args(argv)
+    # Before anything imports torch or vLLM: both read their logging settings once, at import.
+    configure_logging(args.log_level or ("info" if args.verbose else None))
     from tokenmold.service.vllm_plugin import VllmPatchMismatch
 
     try:
@@ -94,6 +103,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
     _add_dtype(gen)
     _add_repetition_guard(gen)
+    add_logging(gen)
     gen.set_defaults(func=_generate)
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible HTTP server")
@@ -186,7 +196,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
     serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")
-    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    add_logging(serve, default="uvicorn's at info, the engine's errors only")
     serve.set_defaults(func=_serve)
 
     from tokenmold.service.batch.cli import add_commands
@@ -202,6 +212,21 @@ def _add_dtype(parser: argparse.ArgumentParser) -> None:
         choices=CHOICES,
         help="the weights' dtype (default auto: float32 on an x86 CPU without native bfloat16, "
         "the model's own elsewhere)",
+    )
+
+
+def add_logging(parser: argparse.ArgumentParser, *, default: str = "the engine's errors only") -> None:
+    """``--verbose`` and ``--log-level``: the engine's logs (vLLM's, in every process it starts,
+    torch's, transformers') and Python's warnings are shown only when asked for; by default stderr
+    holds tokenmold's own lines and errors (``environment.configure_logging``)."""
+    parser.add_argument(
+        "--verbose", action="store_true", help="show the engine's logs and warnings (the same as --log-level info)"
+    )
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=LOG_LEVELS,
+        help=f"the engine's logs from this level up (default: {default})",
     )
 
 
@@ -255,6 +280,7 @@ def _generate(args: argparse.Namespace) -> int:
             layout = {} if args.max_extra_properties is None else {"max_extra_properties": args.max_extra_properties}
             options = CompileOptions(strict=args.strict, **layout)
             await runtime.compile(shape, options)  # refuse a bad shape before the engine starts
+            print("tokenmold: starting the engine...", file=sys.stderr, flush=True)
             runtime.start_engine()
             result = await runtime.generate(Prompt.user(args.prompt), shape, sampling, options)
         finally:

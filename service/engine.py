@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import itertools
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
@@ -121,6 +122,8 @@ class Engine:
             structured_outputs_config=structured,
             speculative_config=_forced_drafts(config.forced_drafts),
             disable_log_stats=True,
+            # The weights' loading bar is progress at vLLM's INFO level: shown when vLLM logs INFO.
+            use_tqdm_on_load=logging.getLogger("vllm").isEnabledFor(logging.INFO),
         )
         self.llm = AsyncLLM.from_engine_args(args)
         self.config = config

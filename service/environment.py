@@ -5,12 +5,16 @@ import time. tokenmold keeps vLLM's caches under ``$TOKENMOLD_HOME`` and its IPC
 private temporary folder, and uses every core on CPU (vLLM keeps one in reserve by default). The
 hub is switched off only for the embedded model, which is a local folder: a hub model id must stay
 downloadable.
+
+The command line adds its logging policy first (``configure_logging``): quiet unless asked.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from tokenmold.service.model_home import tokenmold_home
@@ -60,6 +64,46 @@ def configure_environment(*, embedded_model: bool) -> None:
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
     _configured = True
+
+
+#: ``--log-level``'s choices, as uvicorn and Python's logging name them.
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def logging_defaults(level: str | None) -> dict[str, str]:
+    """The variables of the command line's logging policy (no side effects here).
+
+    ``None`` is the quiet default: a command's stdout is its result and its stderr is tokenmold's
+    own lines, so vLLM (in every process it starts), torch (its Python loggers and its C++
+    warnings), transformers and Python's warnings show errors only; the warnings of a normal engine
+    start (no Triton on CPU, eager mode, libtcmalloc not preloaded...) say nothing a user can act
+    on. A level shows vLLM's and transformers' logs from that level up, and at ``warning`` or finer
+    torch's and Python's warnings as they come by default.
+    """
+    silenced = level in (None, "error", "critical")
+    defaults = {
+        "VLLM_CONFIGURE_LOGGING": "1",
+        "VLLM_LOGGING_LEVEL": (level or "error").upper(),
+        "VLLM_LOGGING_STREAM": "ext://sys.stderr",
+        "TRANSFORMERS_VERBOSITY": level or "error",
+    }
+    if silenced:
+        defaults |= {"TORCH_LOGS": "-all", "TORCH_CPP_LOG_LEVEL": "ERROR", "PYTHONWARNINGS": "ignore"}
+    return defaults
+
+
+def configure_logging(level: str | None) -> None:
+    """Apply ``logging_defaults`` to this process and those it starts (vLLM's engine core and
+    workers, the compile workers inherit the environment). Call before torch or vLLM is imported:
+    both read these variables once, at import. Variables the user set win, as in
+    ``configure_environment``; ``TOKENMOLD_DEBUG`` without a level is ``debug``."""
+    if level is None and os.environ.get("TOKENMOLD_DEBUG"):
+        level = "debug"
+    defaults = logging_defaults(level)
+    if "PYTHONWARNINGS" in defaults and "PYTHONWARNINGS" not in os.environ and not sys.warnoptions:
+        warnings.simplefilter("ignore")  # this process read PYTHONWARNINGS when it started
+    for key, value in defaults.items():
+        os.environ.setdefault(key, value)
 
 
 def _short_dir(preferred: Path) -> str:

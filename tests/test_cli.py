@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import statistics
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The line ``generate`` prints right before it starts the engine.
+STARTING = "tokenmold: starting the engine"
 
 
 def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -37,6 +40,9 @@ def test_generate_truncated_exits_3(tmp_path: Path) -> None:
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "truncated" and verdict["finish_reason"] == "length"
     assert verdict["value"] is None and verdict["usage"]["completion_tokens"] == 9
+    # Quiet by default: tokenmold's own lines only, none of the engine's (vLLM, torch, warnings).
+    assert len(proc.stderr.splitlines()) <= 3, proc.stderr[-3000:]
+    assert STARTING in proc.stderr and "EngineCore" not in proc.stderr
 
 
 @pytest.mark.engine
@@ -46,12 +52,14 @@ def test_generate_with_fit_budget_exits_5_with_what_was_cut(tmp_path: Path) -> N
         json.dumps({"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]})
     )
     ask = ("--prompt", "Tell a long story as JSON.", "--max-tokens", "9", "--fit-budget")
-    proc = _run("generate", "--schema", str(schema), *ask)
+    proc = _run("generate", "--schema", str(schema), *ask, "--verbose")
     assert proc.returncode == 5, proc.stderr[-2000:]
-    verdict = json.loads(proc.stdout)
+    verdict = json.loads(proc.stdout)  # the engine's logs, asked for, stay off stdout
     assert verdict["status"] == "fitted" and verdict["finish_reason"] == "stop"
     assert isinstance(verdict["value"]["story"], str) and verdict["cut"] == ["/story"]
     assert verdict["usage"]["completion_tokens"] <= 9
+    # --verbose shows the engine's logs, from its own process too (it inherits the level).
+    assert re.search(r"\(EngineCore pid=\d+\) INFO ", proc.stderr), proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize(
@@ -70,6 +78,7 @@ def test_bad_input_exits_2_with_one_line(args: list[str], fragment: str) -> None
     lines = [line for line in proc.stderr.splitlines() if line.startswith("tokenmold: error:")]
     assert len(lines) == 1 and fragment in lines[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+    assert proc.stderr.splitlines() == lines  # refused before the engine starts: nothing else
 
 
 def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
@@ -78,6 +87,7 @@ def test_malformed_schema_file_exits_2(tmp_path: Path) -> None:
     proc = _run("generate", "--schema", str(bad), "--prompt", "x", timeout=120)
     assert proc.returncode == 2 and "schema is not valid JSON" in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1 and STARTING not in proc.stderr
 
 
 def test_serve_on_a_taken_port_exits_2_before_starting_the_engine() -> None:

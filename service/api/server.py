@@ -109,7 +109,7 @@ def serve(args: argparse.Namespace) -> int:
         create_app(runtime, settings, lifecycle),
         host=args.host,
         port=args.port,
-        log_level=args.log_level,
+        log_level=args.log_level or "info",  # its startup and access lines stay by default
         # After the drain: open keep-alive or streaming connections must not keep a stopped
         # server (and its engine) alive.
         timeout_graceful_shutdown=10,

@@ -23,7 +23,7 @@ from tokenmold.service.batch.jobs import BatchInput, ExtractSpec, read_documents
 from tokenmold.service.batch.progress import ProgressBar, Tally
 from tokenmold.service.batch.results import CorruptResults, ExtractFormat, LineFormat, OpenAIFormat, ResultFile
 from tokenmold.service.batch.runner import DEFAULT_CONCURRENCY, run_jobs
-from tokenmold.service.cli import EXIT_BAD_INPUT, EXIT_INTERNAL, _one_line, _read
+from tokenmold.service.cli import EXIT_BAD_INPUT, EXIT_INTERNAL, _one_line, _read, add_logging
 from tokenmold.service.errors import BadInput
 
 
@@ -65,6 +65,7 @@ def _engine_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency", type=int, default=DEFAULT_CONCURRENCY, help="requests in flight (the engine batches them)"
     )
+    add_logging(parser)
 
 
 def _batch(args: argparse.Namespace) -> int:
