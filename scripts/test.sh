@@ -5,6 +5,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
+
+# The playground's browser test drives Debian's chromium with selenium: installed here, for the
+# tests only (the demo never installs a browser), once, when it is missing and apt-get can install
+# it (root); otherwise that test is skipped and says why.
+if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "tokenmold: installing chromium and chromedriver (apt-get) for the playground's browser test" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null \
+    || echo "tokenmold: chromium could not be installed; the playground's browser test will be skipped" >&2
+fi
+
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

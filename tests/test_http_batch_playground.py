@@ -159,7 +159,7 @@ def _chromium() -> tuple[str, str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
     if not browser or not driver:
-        pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them with apt-get)")
+        pytest.skip("chromium and chromedriver are not installed (scripts/test.sh installs them with apt-get)")
     return browser, driver
 
 
