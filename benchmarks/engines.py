@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
 from tokenmold.grammar.backends.base import CompiledGrammar
-from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
+from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
 from tokenmold.schemas.verdict import VerdictError
 from tokenmold.service.testing import new_bitmask
 

@@ -2,7 +2,7 @@
 the embedded vocabulary, and how many distinct rows its states keep.
 
 Each build is what the engine does once per pattern when a grammar using it compiles
-(``pattern_shapes.char_automaton``, then ``PatternTokens._build``); the minimum over the repeats
+(``held_patterns.char_automaton``, then ``PatternTokens._build``); the minimum over the repeats
 is printed, the host's noise being one-sided.
 
     python -m benchmarks rows [PATTERN...] [--repeats R]
@@ -14,8 +14,8 @@ import argparse
 import time
 
 from benchmarks.engines import default_tokenizer_dir, load_vocabulary
-from tokenmold.grammar.pattern_guard import automaton
-from tokenmold.grammar.pattern_shapes import char_automaton, held_core
+from tokenmold.grammar.guards.anchored_pattern import automaton
+from tokenmold.grammar.guards.held_patterns import char_automaton, held_core
 
 #: Patterns of each shape the guard holds, from MaskBench (counted runs, a key pattern, branches,
 #: a search, plain lines).

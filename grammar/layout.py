@@ -15,7 +15,7 @@ still judges the schema as written:
   an object that lists nothing) generates at most ``max_extra`` keys beyond those it lists, where
   the grammar can count them (no listed property, or all of them required: llguidance counts keys
   only then); a listed name is never generated as an extra key (both engines). A repeated key is
-  beyond any grammar: ``tokenmold.grammar.key_guard`` is the runtime check for it, in the engine.
+  beyond any grammar: ``tokenmold.grammar.guards.unique_keys`` is the runtime check for it, in the engine.
 
 Every narrowing is recorded in the keyword report (``narrowed``), with its JSON Pointer in the
 normalized schema. Two passes: ``mark_open`` runs on the caller's schema before normalization (it

@@ -17,7 +17,7 @@ from tokenmold.grammar.budget import spelling_ends
 
 if TYPE_CHECKING:
     from tokenmold.grammar.backends.llguidance_slices import LLTokenizers
-    from tokenmold.grammar.bounds import BoundTable
+    from tokenmold.grammar.guards.schema_guard import BoundTable
 
 
 class Vocabulary:
@@ -116,8 +116,8 @@ class Vocabulary:
 
     @cached_property
     def bound_table(self) -> BoundTable:
-        """Per-token character counts and item rows for the bound guard (``tokenmold.grammar.bounds``)."""
-        from tokenmold.grammar.bounds import BoundTable
+        """Per-token character counts and item rows for the bound guard (``tokenmold.grammar.guards.schema_guard``)."""
+        from tokenmold.grammar.guards.schema_guard import BoundTable
 
         return BoundTable.from_llguidance(self.llguidance_tokenizer)
 

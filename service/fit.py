@@ -21,7 +21,7 @@ from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceC
 from tokenmold.grammar.fit.fitter import Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import CallLayout
-from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
+from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
 from tokenmold.service.errors import RequestError
 from tokenmold.service.repetition import RepetitionGuard
 

@@ -8,7 +8,7 @@ on the engine core's one thread, and its Python cost more than llguidance's own 
 row against 5-8 on the ``bench e2e`` workload: ``python -m benchmarks chain``, docs/benchmarks.md,
 session 13). Three things keep it down:
 
-- ``ROWS`` (``tokenmold.grammar.row_views``): vLLM fills rows of one persistent int32 tensor, step
+- ``ROWS`` (``tokenmold.grammar.bitmask_views``): vLLM fills rows of one persistent int32 tensor, step
   after step; its numpy view and data pointer are taken once, not per row and per guard
   (``bitmask[idx].numpy()`` is ~2 µs).
 - ``fill_directly``: llguidance's mask goes straight to the row's address, without
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import numpy as np
 import torch
 
-from tokenmold.grammar.row_views import ROWS
+from tokenmold.grammar.bitmask_views import ROWS
 
 _Mask = TypeVar("_Mask")
 

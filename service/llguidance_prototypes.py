@@ -14,8 +14,8 @@ from collections import OrderedDict
 from typing import Any
 
 from tokenmold.grammar.backends.llguidance_slices import LLTokenizers
-from tokenmold.grammar.row_views import ROWS
-from tokenmold.grammar.rows import FirstRow
+from tokenmold.grammar.bitmask_rows import FirstRow
+from tokenmold.grammar.bitmask_views import ROWS
 
 #: Parsed grammars kept per process (least recently used dropped first).
 PROTOTYPE_CACHE_SIZE = 256
@@ -33,7 +33,7 @@ class MatcherPrototypes:
         self._log_level = log_level
         self._size = size
         self._prototypes: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
-        #: Each kept prototype's first row (``tokenmold.grammar.rows.FirstRow``), dropped with it.
+        #: Each kept prototype's first row (``tokenmold.grammar.bitmask_rows.FirstRow``), dropped with it.
         self._first_rows: dict[tuple[str, tuple[int, ...]], FirstRow] = {}
         self._lock = threading.Lock()
 

@@ -16,7 +16,7 @@ import torch
 
 from tokenmold.grammar import Vocabulary
 from tokenmold.grammar.backends.base import CompiledGrammar
-from tokenmold.grammar.rows import allowed_tokens as row_tokens
+from tokenmold.grammar.bitmask_rows import allowed_tokens as row_tokens
 
 
 def new_bitmask(vocab: Vocabulary) -> torch.Tensor:

@@ -32,7 +32,7 @@ from tokenmold.service.heap import freeze_heap
 from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
 
 if TYPE_CHECKING:
-    from tokenmold.grammar.bounds import BoundSchema, BoundTable
+    from tokenmold.grammar.guards.schema_guard import BoundSchema, BoundTable
 
 #: The vLLM releases these patches were written for and tested against (local build tags such as
 #: ``+cpu`` are ignored).
@@ -260,7 +260,7 @@ def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[tuple[BoundTable,
 def _bound_rows(backend: Any, bounds: str) -> tuple[BoundTable, BoundSchema]:
     """The engine-wide bound table and ``bounds``' ``BoundSchema``, the rows of the patterns its
     guard holds built (once: a later call finds them there)."""
-    from tokenmold.grammar.bounds import BoundSchema, BoundTable
+    from tokenmold.grammar.guards.schema_guard import BoundSchema, BoundTable
 
     table, schemas = _per_schema(backend, "_tokenmold_bounds", BoundTable.from_llguidance)
     schema = schemas(bounds, BoundSchema)
@@ -492,10 +492,10 @@ PATCHES: tuple[Patch, ...] = (
 
 
 def _guard_keys(backend: Any, grammar: Any, forced: tuple[int, ...]) -> None:
-    """Run the duplicate-key guard (``tokenmold.grammar.key_guard``) next to ``grammar``: it follows
+    """Run the duplicate-key guard (``tokenmold.grammar.guards.unique_keys``) next to ``grammar``: it follows
     the accepted tokens (and the forced ones the prompt already ends with) and clears, after
     llguidance fills a row, the bits of the tokens that would close a key its object holds."""
-    from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
+    from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
 
     def make() -> TokenIndex:
         ll_tokenizer = _prototypes(backend).ll_tokenizer
@@ -542,11 +542,11 @@ def _per_schema(backend: Any, attribute: str, make_table: Callable[[Any], Any]) 
 
 
 def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
-    """Run the bound guard (``tokenmold.grammar.bounds``) next to ``grammar`` when its spec left
+    """Run the bound guard (``tokenmold.grammar.guards.schema_guard``) next to ``grammar`` when its spec left
     string or array bounds to it: it follows the accepted tokens (after the forced ones) and, after
     the grammar and the key guard filled a row, clears the tokens that would overrun a
     ``maxLength`` or a ``maxItems`` or go off a pattern it holds."""
-    from tokenmold.grammar.bounds import BoundGuard
+    from tokenmold.grammar.guards.schema_guard import BoundGuard
 
     if spec.bounds is None:
         return

@@ -4,9 +4,9 @@ An engine builds several things on its first grammar request, not at start: vLLM
 output backend and llguidance's tokenizer (~500 ms on the embedded model, 2 cores, and ~150 ms more
 for tokenmold's slices, ``grammar/backends/llguidance_slices.py``), the length guard's
 per-vocabulary table on the first bounded string (~200 ms), the pattern guard's on the first
-string with an anchored counted pattern (~150 ms, ``grammar/pattern_guard.py``) and the rows of
+string with an anchored counted pattern (~150 ms, ``grammar/guards/anchored_pattern.py``) and the rows of
 the formats it holds on the first ``uri``, ``email`` or ``hostname`` (~300, 40 and 50 ms,
-``grammar/format_patterns.py``), budget fitting's tables on the first ``budget: "fit"`` request
+``grammar/guards/string_format.py``), budget fitting's tables on the first ``budget: "fit"`` request
 (~600 ms, engine and verdict side). Measured on the first request of each kind against the next
 one of the same kind with a new schema. The warm-up request below has all of these (a bounded
 string, a counted pattern, the three formats, an explicitly open object for the duplicate-key
@@ -30,7 +30,7 @@ WARM_UP_SCHEMA: dict[str, Any] = {
     "properties": {
         "name": {"type": "string", "maxLength": 8},
         "code": {"type": "string", "pattern": "^[a-z]{2}$"},
-        # the formats the pattern guard holds (``grammar/format_patterns.py``): their rows too
+        # the formats the pattern guard holds (``grammar/guards/string_format.py``): their rows too
         "site": {"type": "string", "format": "uri"},
         "mail": {"type": "string", "format": "email"},
         "host": {"type": "string", "format": "hostname"},

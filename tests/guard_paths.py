@@ -10,7 +10,7 @@ import torch
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.rows import allowed_tokens
+from tokenmold.grammar.bitmask_rows import allowed_tokens
 
 
 def engine_and_local(vocab: Any, schema: dict[str, Any], forced_text: str = "") -> tuple[Any, Any]:

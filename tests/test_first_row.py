@@ -1,5 +1,5 @@
 """A grammar's first row is filled once and copied by every later request that starts it
-(``tokenmold.grammar.rows.FirstRow``), in process (``LLGuidanceMatcher``) and in the engine
+(``tokenmold.grammar.bitmask_rows.FirstRow``), in process (``LLGuidanceMatcher``) and in the engine
 (``llguidance_prototypes.start_from``): the copied rows must be llguidance's own, and the walk after
 them must go on as llguidance's does."""
 
@@ -14,7 +14,7 @@ import torch
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.rows import FirstRow
+from tokenmold.grammar.bitmask_rows import FirstRow
 
 #: Many keys: llguidance's first row is one of its slow ones.
 SCHEMA = {

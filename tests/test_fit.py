@@ -14,11 +14,11 @@ import torch
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
 from tokenmold.grammar.backends.base import EngineSpec, FitRequest, LlguidanceSpec
+from tokenmold.grammar.bitmask_rows import allowed_tokens
 from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Tracker
-from tokenmold.grammar.rows import allowed_tokens
 from tokenmold.service.repetition import RepetitionGuard
 
 PERSON = {

@@ -16,7 +16,7 @@ import torch
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.row_views import RowViews
+from tokenmold.grammar.bitmask_views import RowViews
 from tokenmold.service.grammar_chain import beside
 
 SCHEMA = {

@@ -1,4 +1,4 @@
-"""Key patterns held by the pattern guard (``tokenmold.grammar.pattern_shapes.key_pattern``): an
+"""Key patterns held by the pattern guard (``tokenmold.grammar.guards.held_patterns.key_pattern``): an
 object whose members all come from one ``patternProperties`` pattern compiles with
 ``additionalProperties`` (llguidance's key lexeme for a pattern costs 300-400 µs a mask) and the
 guard keeps the keys on the pattern. Checked on random walks against llguidance with the pattern
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 from guard_paths import engine_and_local, first_refused
-from test_pattern_guard import _normalized, check_walks_against_llguidance
+from test_anchored_pattern import _normalized, check_walks_against_llguidance
 
-from tokenmold.grammar.bounds import key_anchor, strip_bounds
-from tokenmold.grammar.pattern_shapes import key_pattern
+from tokenmold.grammar.guards.held_patterns import key_pattern
+from tokenmold.grammar.guards.schema_guard import key_anchor, strip_bounds
 
 HEX = "^.*[0-9a-f]{4}.*$"  # how the normalizer writes the unanchored ``[0-9a-f]{4}``
 BY_ID = {

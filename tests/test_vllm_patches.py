@@ -67,7 +67,7 @@ def test_a_new_guarded_shape_builds_its_rows_beside_the_parse(installed, vocab, 
     from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
     from tokenmold.grammar.backends.base import JsonOptions
-    from tokenmold.grammar.bounds import BoundTable
+    from tokenmold.grammar.guards.schema_guard import BoundTable
 
     pattern = "^[a-z0-9]{3,9}$"
     schema = {"type": "object", "properties": {"id": {"type": "string", "pattern": pattern}}, "required": ["id"]}
@@ -98,7 +98,7 @@ def test_new_shapes_compiled_at_once_share_the_engines_tables(installed, vocab, 
     from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
     from tokenmold.grammar.backends.base import JsonOptions
-    from tokenmold.grammar.bounds import BoundTable
+    from tokenmold.grammar.guards.schema_guard import BoundTable
 
     made: list[str] = []
     build_tokenizer, from_llguidance = GuidanceBackend._build_ll_tokenizer, BoundTable.from_llguidance

@@ -78,9 +78,9 @@ class LlguidanceSpec:
 
     ``forced``: tokens the matcher consumes before its first mask, because the request's prompt
     already ends with them (jump-forward, see ``EngineSpec``). ``unique_keys``: the duplicate-key
-    guard (``tokenmold.grammar.key_guard``) runs too, for JSON with explicitly open objects.
+    guard (``tokenmold.grammar.guards.unique_keys``) runs too, for JSON with explicitly open objects.
     ``bounds``: the normalized schema (compact JSON) whose string ``maxLength``s and array ``maxItems`` the grammar left
-    out for the bound guard (``tokenmold.grammar.bounds``) to enforce. ``fit``: the
+    out for the bound guard (``tokenmold.grammar.guards.schema_guard``) to enforce. ``fit``: the
     budget-fitting mask (``tokenmold.grammar.fit``) runs too.
     """
 

@@ -32,7 +32,8 @@ from tokenmold.grammar.backends.base import (
     TokenTextMatcher,
 )
 from tokenmold.grammar.backends.llguidance_tools import tools_lark
-from tokenmold.grammar.bounds import BoundGuard, BoundSchema, strip_bounds
+from tokenmold.grammar.bitmask_rows import FirstRow
+from tokenmold.grammar.bitmask_views import ROWS, Rows
 from tokenmold.grammar.errors import (
     CompileFailed,
     GrammarSyntaxError,
@@ -43,8 +44,7 @@ from tokenmold.grammar.errors import (
     UnsatisfiableSchema,
     UnsupportedFeature,
 )
-from tokenmold.grammar.row_views import ROWS, Rows
-from tokenmold.grammar.rows import FirstRow
+from tokenmold.grammar.guards.schema_guard import BoundGuard, BoundSchema, strip_bounds
 
 if TYPE_CHECKING:
     import torch
@@ -98,7 +98,7 @@ def _regex_error(raw: str) -> ShapeError:
 
 class LLGuidanceMatcher(TokenTextMatcher):
     """llguidance's matcher, and the bound guard after it where the grammar left string or array bounds
-    to it (``tokenmold.grammar.bounds``; the engine runs the same guard, see the vLLM plugin)."""
+    to it (``tokenmold.grammar.guards.schema_guard``; the engine runs the same guard, see the vLLM plugin)."""
 
     def __init__(
         self,
@@ -208,7 +208,7 @@ class LLGuidanceBackend(Backend):
         JSON, the one layout inside every bound.
 
         Plain strings lose their ``maxLength`` and arrays their ``maxItems`` in the grammar: the
-        bound guard enforces them (``tokenmold.grammar.bounds``: llguidance's masks inside a
+        bound guard enforces them (``tokenmold.grammar.guards.schema_guard``: llguidance's masks inside a
         bounded string or a long bounded array are slow).
         """
         if options.strict_properties:

@@ -59,7 +59,7 @@ def replay(
 ) -> FitOutcome:
     """Replay ``tokens`` (the output after its ``forced`` prefix) through ``matcher`` (a fresh
     matcher of the shape's grammar) and a ``Fitter`` with ``budget``; ``guard`` is the duplicate-key
-    guard when the engine ran one (``tokenmold.grammar.key_guard.KeyGuard``)."""
+    guard when the engine ran one (``tokenmold.grammar.guards.unique_keys.KeyGuard``)."""
     import torch
 
     fitter = Fitter(fitting, budget, detector=detector)

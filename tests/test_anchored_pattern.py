@@ -1,4 +1,4 @@
-"""Anchored patterns with a counted run (``tokenmold.grammar.pattern_guard``): such strings compile
+"""Anchored patterns with a counted run (``tokenmold.grammar.guards.anchored_pattern``): such strings compile
 without their pattern and the bound guard ANDs the row of the state their content reached in the
 pattern's automaton. Checked token by token against the validator's own regular expressions
 (partial matches), against llguidance with the pattern in its grammar on random walks through the
@@ -17,15 +17,15 @@ import regex
 import torch
 from guard_paths import engine_and_local, first_refused
 
-from tokenmold.grammar import pattern_guard
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.bounds import strip_bounds
+from tokenmold.grammar.bitmask_rows import allowed_tokens
 from tokenmold.grammar.fit.tracker import Obj, Str
+from tokenmold.grammar.guards import anchored_pattern
+from tokenmold.grammar.guards.anchored_pattern import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton
+from tokenmold.grammar.guards.held_patterns import guarded
+from tokenmold.grammar.guards.schema_guard import strip_bounds
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
-from tokenmold.grammar.pattern_guard import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton
-from tokenmold.grammar.pattern_shapes import guarded
-from tokenmold.grammar.rows import allowed_tokens
 
 ID = "^[0-9a-f]{4}-[0-9a-f]{2}$"
 ITEM = {"type": "object", "properties": {"id": {"type": "string", "pattern": ID}}, "required": ["id"]}
@@ -183,7 +183,7 @@ def test_the_guarded_mask_is_llguidances_and_every_walk_ends_valid(vocab, schema
 
 @pytest.mark.parametrize("pattern", [SLUG, BASE64, BRANCHES], ids=["slug", "base64", "branches"])
 def test_patterns_that_are_not_lines_walk_as_in_llguidance(vocab, pattern) -> None:
-    """Held for their small automata (``tokenmold.grammar.pattern_automaton``): the same walks."""
+    """Held for their small automata (``tokenmold.grammar.guards.automaton``): the same walks."""
     schema = {"type": "object", "properties": {"v": {"type": "string", "pattern": pattern}}, "required": ["v"]}
     check_walks_against_llguidance(vocab, schema, b"ab-.c'0+/=", steps=150)
 
@@ -269,7 +269,7 @@ def test_rows_are_kept_within_their_budget(vocab, monkeypatch) -> None:
     first, second = "^[0-9]{2}x[a-f]{3}$", "^[a-f]{2}y[0-9]{3}$"
     built = tokens.rows(first)
     assert built is not None
-    monkeypatch.setattr(pattern_guard, "KEPT_BYTES", built.rows.nbytes + 1)
+    monkeypatch.setattr(anchored_pattern, "KEPT_BYTES", built.rows.nbytes + 1)
     assert tokens.rows(second) is not None
     assert second in tokens._rows and first not in tokens._rows
     again = tokens.rows(first)

@@ -5,11 +5,11 @@ llguidance walks its token trie at every position its slices do not cover (near 
 counted run, where each position is a new lexer state): 60-150 µs a mask on MaskBench, and paid
 again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
 grammar costs the same; issue 16). Such a pattern's states are few and recur across outputs, so
-the work is done once per pattern instead: the pattern's automaton (``pattern_automaton``) is run
+the work is done once per pattern instead: the pattern's automaton (``automaton``) is run
 over every token of the vocabulary from every state at once, and each state keeps the packed row of
 the tokens that can go on from it (states that allow the same tokens share one: a count's states
 farther from its end than the longest token). The string compiles without its ``pattern``
-(``tokenmold.grammar.bounds.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
+(``tokenmold.grammar.guards.schema_guard.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
 bound guard ANDs the row of the state the content so far reached: a step is one AND.
 
 A token is judged by the characters it writes into the string (JSON escapes decoded): one that
@@ -23,10 +23,10 @@ pattern. The automaton reads ``\\d``, ``\\w`` and ``\\s`` as ASCII (interegular'
 the validator's regular expressions read them as Unicode: a non-ASCII digit or letter such a class
 would take is refused by the mask, never let through.
 
-The same rows hold the formats llguidance is slow on (``tokenmold.grammar.format_patterns``) and
+The same rows hold the formats llguidance is slow on (``tokenmold.grammar.guards.string_format``) and
 the keys of an object whose members all come from one pattern (inside a key, the tracker's key
 text plays the string's content); which patterns are held is decided by a scan
-(``tokenmold.grammar.pattern_shapes``).
+(``tokenmold.grammar.guards.held_patterns``).
 """
 
 from __future__ import annotations
@@ -38,13 +38,13 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmold.grammar.counts import closing_quote
+from tokenmold.grammar.bitmask_rows import any_set, clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.fit.tracker import Obj, Str, Text, Tracker
-from tokenmold.grammar.pattern_automaton import CharAutomaton
-from tokenmold.grammar.pattern_shapes import char_automaton, held_core
-from tokenmold.grammar.rows import any_set, clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
-from tokenmold.grammar.search_guard import decoded
-from tokenmold.grammar.text_runs import alike_columns, distinct, run_texts, trie
+from tokenmold.grammar.guards.automaton import CharAutomaton
+from tokenmold.grammar.guards.held_patterns import char_automaton, held_core
+from tokenmold.grammar.guards.item_count import closing_quote
+from tokenmold.grammar.guards.unanchored_pattern import decoded
+from tokenmold.grammar.guards.vocabulary_runs import alike_columns, distinct, run_texts, trie
 
 #: The rows kept per vocabulary, all patterns together (37 states on the embedded vocabulary: 0.2 MB).
 KEPT_BYTES = 64 << 20
@@ -89,7 +89,7 @@ class Automaton(NamedTuple):
 @lru_cache(maxsize=1024)
 def automaton(pattern: str) -> Automaton | None:
     """The DFA of a normalized ``^X$`` matched whole (``None``: not one this guard holds,
-    ``tokenmold.grammar.pattern_shapes``)."""
+    ``tokenmold.grammar.guards.held_patterns``)."""
     core = held_core(pattern)
     machine = None if core is None else char_automaton(core)
     return None if machine is None else _from_chars(machine)

@@ -1,4 +1,4 @@
-"""The row operations every guard after the grammar shares (``tokenmold.grammar.rows``), on the rows
+"""The row operations every guard after the grammar shares (``tokenmold.grammar.bitmask_rows``), on the rows
 they really get: numpy views of one row of a 2-D int32 bitmask tensor."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tokenmold.grammar.rows import any_set, keep_unless_emptied
+from tokenmold.grammar.bitmask_rows import any_set, keep_unless_emptied
 
 WORDS = 1536  # the embedded model's 49,152 tokens
 

@@ -1,4 +1,4 @@
-"""Patterns as automata built by positions under a cap (``tokenmold.grammar.pattern_automaton``):
+"""Patterns as automata built by positions under a cap (``tokenmold.grammar.guards.automaton``):
 the automaton takes exactly what the validator's regular expression matches whole, minimized or
 not, and a pattern whose automaton would blow up is refused at the cap, quickly."""
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import regex
 
-from tokenmold.grammar import pattern_automaton
-from tokenmold.grammar.pattern_automaton import CharAutomaton, TooLarge, build, minimized
-from tokenmold.grammar.pattern_shapes import guarded
+from tokenmold.grammar.guards import automaton
+from tokenmold.grammar.guards.automaton import CharAutomaton, TooLarge, build, minimized
+from tokenmold.grammar.guards.held_patterns import guarded
 
 PATTERNS = [
     "([a-z0-9])+((-)?([a-z0-9])+)*",
@@ -98,7 +98,7 @@ def test_minimizing_merges_exactly_the_equivalent_states_even_when_every_hash_co
     assert minimized(built).size == blocks
     # Every state hashed alike: the rounds end in one block, final states with the others; the
     # check finds that no congruence, and the rounds run again over whole rows.
-    monkeypatch.setattr(pattern_automaton, "_hashed", lambda block, targets: np.zeros(len(block), dtype=np.uint64))
+    monkeypatch.setattr(automaton, "_hashed", lambda block, targets: np.zeros(len(block), dtype=np.uint64))
     collided = minimized(built)
     assert collided.size == blocks
     compiled = regex.compile(core, regex.ASCII)

@@ -1,4 +1,4 @@
-"""A vocabulary's texts run through a pattern's automaton (``tokenmold.grammar.text_runs``): where
+"""A vocabulary's texts run through a pattern's automaton (``tokenmold.grammar.guards.vocabulary_runs``): where
 each text leads from every state, over the trie's levels and over its tail, or by length and one
 at a time (the texts apart), must be where the automaton leads it one character at a time."""
 
@@ -10,9 +10,9 @@ import string
 import numpy as np
 import pytest
 
-from tokenmold.grammar import text_runs
-from tokenmold.grammar.pattern_guard import Automaton, automaton
-from tokenmold.grammar.text_runs import Runs, run_texts, trie
+from tokenmold.grammar.guards import vocabulary_runs
+from tokenmold.grammar.guards.anchored_pattern import Automaton, automaton
+from tokenmold.grammar.guards.vocabulary_runs import Runs, run_texts, trie
 
 #: Few states (the tail runs text by text) and many (prefixes merged level by level to the end).
 SMALL = "^[a-c]{2}-?[^x]*$"
@@ -62,14 +62,16 @@ def _check(machine: Automaton, texts: list[str], runs: Runs, settled: np.ndarray
 @pytest.mark.parametrize("apart", [True, False])  # texts apart run on their own where they may
 def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, monkeypatch) -> None:
     if not apart:
-        monkeypatch.setattr(text_runs, "_APART_TEXTS", -1)
+        monkeypatch.setattr(vocabulary_runs, "_APART_TEXTS", -1)
     ran: list[str] = []
     for name in ("_run_apart", "_joined"):
-        original = getattr(text_runs, name)
-        monkeypatch.setattr(text_runs, name, lambda *args, _run=original, _name=name: ran.append(_name) or _run(*args))
-    one_class, apart_of = text_runs._one_class, text_runs._apart
-    monkeypatch.setattr(text_runs, "_one_class", lambda *args: ran.append("class") or one_class(*args))
-    monkeypatch.setattr(text_runs, "_apart", lambda *args: _noted(apart_of(*args), ran))
+        original = getattr(vocabulary_runs, name)
+        monkeypatch.setattr(
+            vocabulary_runs, name, lambda *args, _run=original, _name=name: ran.append(_name) or _run(*args)
+        )
+    one_class, apart_of = vocabulary_runs._one_class, vocabulary_runs._apart
+    monkeypatch.setattr(vocabulary_runs, "_one_class", lambda *args: ran.append("class") or one_class(*args))
+    monkeypatch.setattr(vocabulary_runs, "_apart", lambda *args: _noted(apart_of(*args), ran))
     machine = automaton(pattern)
     assert machine is not None
     assert (machine.dead < 64) == (pattern in (SMALL, SPLIT, SEARCH, CLASS, SHORT, MIDDLE, RARE))
@@ -95,7 +97,7 @@ def test_each_text_leads_where_the_automaton_leads_it(pattern, count, apart, mon
     assert ("dropped" in ran) == (apart and (pattern == LINES or (few and pattern == SMALL)))
 
 
-def _noted(apart: text_runs._Apart, ran: list[str]) -> text_runs._Apart:
+def _noted(apart: vocabulary_runs._Apart, ran: list[str]) -> vocabulary_runs._Apart:
     """``apart``, noting in ``ran`` whether it drops texts (those that write a killing character)."""
     if apart.plain is not None:
         ran.append("dropped")
@@ -111,8 +113,8 @@ def test_settled_texts_lead_to_a_state_alive_as_the_one_they_reach(pattern, coun
     where it reaches one, every other text where the automaton leads it. A count's states (LINES)
     and a class that kills some states only (SMALL's ``x``) are not such states."""
     ran: list[str] = []
-    original = text_runs._settled
-    monkeypatch.setattr(text_runs, "_settled", lambda *args: ran.append("settled") or original(*args))
+    original = vocabulary_runs._settled
+    monkeypatch.setattr(vocabulary_runs, "_settled", lambda *args: ran.append("settled") or original(*args))
     machine = automaton(pattern)
     assert machine is not None
     texts = _texts(count, count, 'abc.-x"é#/v\n')

@@ -1,4 +1,4 @@
-"""Array item counts (``tokenmold.grammar.counts``): arrays compile without ``maxItems`` and the
+"""Array item counts (``tokenmold.grammar.guards.item_count``): arrays compile without ``maxItems`` and the
 bound guard counts their items next to llguidance. Checked against llguidance itself on random
 walks through the real vocabulary (the guarded mask keeps every token llguidance's bounded grammar
 allows, and every finished walk is schema-valid), and on the engine's path (``vllm_plugin``)."""
@@ -16,14 +16,14 @@ from guard_paths import engine_and_local, first_refused
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.bounds import strip_bounds
-from tokenmold.grammar.counts import (
+from tokenmold.grammar.bitmask_rows import allowed_tokens
+from tokenmold.grammar.guards.item_count import (
     closes_bracket_then_comma,
     closes_string_then_bracket_then_comma,
     closes_string_then_comma,
     ends_number_then_comma,
 )
-from tokenmold.grammar.rows import allowed_tokens
+from tokenmold.grammar.guards.schema_guard import strip_bounds
 
 NUMBERS = {"type": "array", "items": {"type": "integer"}, "maxItems": 3}
 WORDS = {

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tokenmold.grammar import Shape, ShapeCompiler
-from tokenmold.grammar.key_guard import KeyGuard, TokenIndex
+from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
 
 OPEN = {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0, "maximum": 9}}
 

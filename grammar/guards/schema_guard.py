@@ -16,7 +16,7 @@ backslash; the rows of tokens writing at most ``n`` are packed like a bitmask, s
 A step inside a ``\\u`` escape (rare) counts the allowed tokens one by one.
 
 Arrays lose their ``maxItems`` the same way, and the same guard counts their items on the same
-tracker (``tokenmold.grammar.counts``).
+tracker (``tokenmold.grammar.guards.item_count``).
 
 Where the tracker cannot follow the schema (it is then lost) the bound is left to validation, which
 judges every output against the schema as written anyway.
@@ -31,14 +31,14 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmold.grammar.counts import ItemRows, restrict_items
+from tokenmold.grammar.bitmask_rows import allowed_tokens, any_set, clear_unless_emptied, keep_unless_emptied, pack
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
-from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
-from tokenmold.grammar.pattern_guard import PatternGuard, PatternTokens, ShapePatterns
-from tokenmold.grammar.pattern_shapes import guarded, key_pattern
-from tokenmold.grammar.rows import allowed_tokens, any_set, clear_unless_emptied, keep_unless_emptied, pack
-from tokenmold.grammar.search_guard import Closers, Scan, matches, restrict_closing, searching
+from tokenmold.grammar.guards.anchored_pattern import PatternGuard, PatternTokens, ShapePatterns
+from tokenmold.grammar.guards.held_patterns import guarded, key_pattern
+from tokenmold.grammar.guards.item_count import ItemRows, restrict_items
+from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
+from tokenmold.grammar.guards.unanchored_pattern import Closers, Scan, matches, restrict_closing, searching
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: Keywords that make a string something other than "any text of bounded length": llguidance keeps
@@ -64,11 +64,11 @@ class Stripped(NamedTuple):
     schema: Any
     #: ``maxLength`` of plain strings.
     lengths: int
-    #: ``maxItems`` of arrays (``tokenmold.grammar.counts``).
+    #: ``maxItems`` of arrays (``tokenmold.grammar.guards.item_count``).
     items: int
-    #: ``pattern`` of strings it may match anywhere (``tokenmold.grammar.search_guard``).
+    #: ``pattern`` of strings it may match anywhere (``tokenmold.grammar.guards.unanchored_pattern``).
     patterns: int
-    #: ``pattern`` of strings it must match whole (``tokenmold.grammar.pattern_guard``).
+    #: ``pattern`` of strings it must match whole (``tokenmold.grammar.guards.anchored_pattern``).
     anchored: int
 
 
@@ -234,7 +234,7 @@ def anchor(schema: dict[str, Any]) -> str | None:
 def key_anchor(schema: dict[str, Any]) -> str | None:
     """The pattern the pattern guard makes an object's keys match whole (``None``: it holds none
     there): an object whose only members are those of one ``patternProperties`` pattern the guard
-    holds (``tokenmold.grammar.pattern_shapes.key_pattern``), with no ``properties`` and
+    holds (``tokenmold.grammar.guards.held_patterns.key_pattern``), with no ``properties`` and
     ``additionalProperties: false`` (which the layout writes where the caller's schema was silent,
     ``tokenmold.grammar.layout``; llguidance takes a silent object as open). The grammar then
     takes any key, with the pattern's schema for its value."""
@@ -346,15 +346,15 @@ class BoundTable:
         self.opening = [pack(opened > n, words) for n in range(int(opened.max()))]
         self.plain = [pack(plain <= n, words) for n in range(int(plain.max()))]
         self.escaped = [pack(escaped <= n, words) for n in range(int(escaped.max()))]
-        #: The tokens that may add an item to an array (``tokenmold.grammar.counts``).
+        #: The tokens that may add an item to an array (``tokenmold.grammar.guards.item_count``).
         self.items = ItemRows(spelled, size)
-        #: The tokens that close a string (``tokenmold.grammar.search_guard``).
+        #: The tokens that close a string (``tokenmold.grammar.guards.unanchored_pattern``).
         self.closers = Closers(spelled, words)
 
     @cached_property
     def patterns(self) -> PatternTokens:
         """What each token writes into a string, for anchored patterns' automata
-        (``tokenmold.grammar.pattern_guard``; built on the first such pattern)."""
+        (``tokenmold.grammar.guards.anchored_pattern``; built on the first such pattern)."""
         return PatternTokens(((t, data) for t, data in enumerate(self.by_id) if data), self.size)
 
     def build_rows(self, schema: BoundSchema) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tokenmold.grammar.rows import clear_tokens
+from tokenmold.grammar.bitmask_rows import clear_tokens
 
 
 class TokenIndex:

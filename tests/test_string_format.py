@@ -1,4 +1,4 @@
-"""The formats the pattern guard holds (``tokenmold.grammar.format_patterns``): a ``hostname``,
+"""The formats the pattern guard holds (``tokenmold.grammar.guards.string_format``): a ``hostname``,
 ``email`` or ``uri`` string compiles without its ``format`` and the guard runs llguidance's own
 expression for it. Checked string by string against llguidance with the format in its grammar and
 against the expression itself, on random walks against llguidance, and on the engine's path."""
@@ -10,13 +10,13 @@ import json
 import pytest
 import regex
 from guard_paths import engine_and_local, first_refused
-from test_pattern_guard import _llguidance, _normalized, check_walks_against_llguidance
+from test_anchored_pattern import _llguidance, _normalized, check_walks_against_llguidance
 
 from tokenmold.grammar.backends.base import CompiledGrammar, JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.bounds import FORMAT_BOUND, strip_bounds
-from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
-from tokenmold.grammar.pattern_guard import automaton
+from tokenmold.grammar.guards.anchored_pattern import automaton
+from tokenmold.grammar.guards.schema_guard import FORMAT_BOUND, strip_bounds
+from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
 from tokenmold.service.testing import mask_accepts
 
 SAMPLES = {

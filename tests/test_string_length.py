@@ -1,4 +1,4 @@
-"""The length guard (``tokenmold.grammar.bounds``): plain strings compile without ``maxLength`` and
+"""The length guard (``tokenmold.grammar.guards.schema_guard``): plain strings compile without ``maxLength`` and
 the guard puts the bound back next to llguidance. Checked against llguidance itself: on random
 walks through the real vocabulary, the guarded mask of the stripped grammar equals llguidance's mask
 of the bounded grammar at every step, and the engine's wrapper (``service/vllm_plugin.py``) fills
@@ -17,8 +17,8 @@ from guard_paths import engine_and_local, first_refused
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.bounds import chars_before_close, chars_opened, strip_bounds
-from tokenmold.grammar.rows import allowed_tokens
+from tokenmold.grammar.bitmask_rows import allowed_tokens
+from tokenmold.grammar.guards.schema_guard import chars_before_close, chars_opened, strip_bounds
 
 BOUNDED = {
     "type": "object",

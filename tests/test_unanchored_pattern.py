@@ -1,4 +1,4 @@
-"""Unanchored patterns (``tokenmold.grammar.search_guard``): strings whose pattern may match
+"""Unanchored patterns (``tokenmold.grammar.guards.unanchored_pattern``): strings whose pattern may match
 anywhere compile without it and the bound guard checks their closing quotes. Checked against
 llguidance with the pattern in its grammar on random walks through the real vocabulary (the guard
 keeps every token llguidance allows, and every finished walk is valid for the schema as written),
@@ -18,11 +18,11 @@ from guard_paths import engine_and_local, first_refused
 
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
-from tokenmold.grammar.bounds import strip_bounds
-from tokenmold.grammar.counts import closing_quote
+from tokenmold.grammar.bitmask_rows import allowed_tokens
+from tokenmold.grammar.guards.item_count import closing_quote
+from tokenmold.grammar.guards.schema_guard import strip_bounds
+from tokenmold.grammar.guards.unanchored_pattern import _searcher, restrict_closing, searching
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
-from tokenmold.grammar.rows import allowed_tokens
-from tokenmold.grammar.search_guard import _searcher, restrict_closing, searching
 
 #: A match that lasts once found, and one that must end the text (``$``).
 CODE = {"type": "object", "properties": {"code": {"type": "string", "pattern": "[0-9]{2}"}}, "required": ["code"]}

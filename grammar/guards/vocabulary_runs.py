@@ -1,5 +1,5 @@
 """A vocabulary's texts run through a pattern's automaton from every state at once, for the
-pattern guard's rows (``tokenmold.grammar.pattern_guard``): the texts as a trie of their
+pattern guard's rows (``tokenmold.grammar.guards.anchored_pattern``): the texts as a trie of their
 characters, built once per vocabulary, and the run over it, once per pattern; or, where the
 pattern reads apart from the characters it does not name only characters few texts write (a
 newline for ``.``), the others by their length alone and those few one at a time; where it does

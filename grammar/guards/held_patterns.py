@@ -1,6 +1,6 @@
 """Which string patterns the pattern guard holds, decided when a schema compiles.
 
-The guard (``tokenmold.grammar.pattern_guard``) keeps a row of tokens per automaton state, so it
+The guard (``tokenmold.grammar.guards.anchored_pattern``) keeps a row of tokens per automaton state, so it
 may only take a pattern whose automaton is small, and the decision is made at compile time, so it
 must be cheap. Kinds held:
 
@@ -11,9 +11,9 @@ must be cheap. Kinds held:
   decides, and the automaton is built on first use;
 - string values whose pattern is any other shape (alternations, quantified groups, branches
   anchored differently: slugs, base64, ``^(a)|(b)|(c)+$``) when its automaton is small: it is built
-  here, by positions and under a cap (``tokenmold.grammar.pattern_automaton``), since some such
+  here, by positions and under a cap (``tokenmold.grammar.guards.automaton``), since some such
   automata grow exponentially (``[ab]*a[ab]{20}``); interegular, building eagerly, would hang;
-- the formats of ``tokenmold.grammar.format_patterns``, whose automata are known;
+- the formats of ``tokenmold.grammar.guards.string_format``, whose automata are known;
 - object keys whose one ``patternProperties`` pattern is a line, counted or not, or any other
   shape with a small automaton (``.*[0-9a-f]{32}.*``), in an object that lists no properties and
   takes no other keys (``key_pattern``): llguidance's key lexeme costs 300-400 µs a mask at every
@@ -29,9 +29,9 @@ from functools import lru_cache
 
 import interegular
 
-from tokenmold.grammar.format_patterns import FORMAT_PATTERNS
-from tokenmold.grammar.pattern_automaton import CharAutomaton, build, minimized
-from tokenmold.grammar.search_guard import searching
+from tokenmold.grammar.guards.automaton import CharAutomaton, build, minimized
+from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
+from tokenmold.grammar.guards.unanchored_pattern import searching
 
 #: Automata with more states than this stay in llguidance's grammar (each state keeps a row:
 #: 6 KB on the embedded vocabulary).
@@ -86,7 +86,7 @@ def _parses(core: str) -> bool:
 
 @lru_cache(maxsize=1024)
 def char_automaton(core: str) -> CharAutomaton | None:
-    """The automaton of ``^core$`` (``tokenmold.grammar.pattern_automaton``) with at most
+    """The automaton of ``^core$`` (``tokenmold.grammar.guards.automaton``) with at most
     ``MOST_STATES`` states (a format's: ``FORMAT_STATES``), minimized where the construction built
     more or merged a search's states (each state the guard keeps costs it a row to build, about
     what Moore's rounds cost for the whole automaton); ``None`` past that, past ``MOST_BUILT``
@@ -126,7 +126,7 @@ def _plain_syntax(core: str) -> bool:
 
 #: ``\w``, ``\s``, ``\d`` and their negations, which llguidance reads as Unicode classes: its
 #: lexer then walks a large byte automaton at every new state (270-540 µs a mask in MaskBench's
-#: ``o82674``, ``^[\w\s-]+$``), where the guard reads them as ASCII (``pattern_guard``).
+#: ``o82674``, ``^[\w\s-]+$``), where the guard reads them as ASCII (``anchored_pattern``).
 _WIDE_CLASS = re.compile(r"(?<!\\)(?:\\\\)*\\[wWsSdD]")
 #: A quantifier: ``{n}``, ``{m,n}``, ``{m,}``, ``*``, ``+`` or ``?``.
 _QUANTIFIER = re.compile(r"\{(\d+)(,(\d*))?\}|[*+?]")
