@@ -23,8 +23,8 @@ from tokenmold.grammar.bitmask_rows import allowed_tokens
 from tokenmold.grammar.fit.tracker import Obj, Str
 from tokenmold.grammar.guards import anchored_pattern
 from tokenmold.grammar.guards.anchored_pattern import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton
+from tokenmold.grammar.guards.held_keywords import strip_bounds
 from tokenmold.grammar.guards.held_patterns import guarded
-from tokenmold.grammar.guards.schema_guard import strip_bounds
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
 
 ID = "^[0-9a-f]{4}-[0-9a-f]{2}$"

@@ -17,13 +17,13 @@ from guard_paths import engine_and_local, first_refused
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bitmask_rows import allowed_tokens
+from tokenmold.grammar.guards.held_keywords import strip_bounds
 from tokenmold.grammar.guards.item_count import (
     closes_bracket_then_comma,
     closes_string_then_bracket_then_comma,
     closes_string_then_comma,
     ends_number_then_comma,
 )
-from tokenmold.grammar.guards.schema_guard import strip_bounds
 
 NUMBERS = {"type": "array", "items": {"type": "integer"}, "maxItems": 3}
 WORDS = {

@@ -11,8 +11,8 @@ import pytest
 from guard_paths import engine_and_local, first_refused
 from test_anchored_pattern import _normalized, check_walks_against_llguidance
 
+from tokenmold.grammar.guards.held_keywords import key_anchor, strip_bounds
 from tokenmold.grammar.guards.held_patterns import key_pattern
-from tokenmold.grammar.guards.schema_guard import key_anchor, strip_bounds
 
 HEX = "^.*[0-9a-f]{4}.*$"  # how the normalizer writes the unanchored ``[0-9a-f]{4}``
 BY_ID = {

@@ -18,7 +18,8 @@ from guard_paths import engine_and_local, first_refused
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bitmask_rows import allowed_tokens
-from tokenmold.grammar.guards.schema_guard import chars_before_close, chars_opened, strip_bounds
+from tokenmold.grammar.guards.held_keywords import strip_bounds
+from tokenmold.grammar.guards.string_length import chars_before_close, chars_opened
 
 BOUNDED = {
     "type": "object",

@@ -19,8 +19,8 @@ from guard_paths import engine_and_local, first_refused
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bitmask_rows import allowed_tokens
+from tokenmold.grammar.guards.held_keywords import strip_bounds
 from tokenmold.grammar.guards.item_count import closing_quote
-from tokenmold.grammar.guards.schema_guard import strip_bounds
 from tokenmold.grammar.guards.unanchored_pattern import _searcher, restrict_closing, searching
 from tokenmold.grammar.jsonschema.normalize import normalize_schema
 

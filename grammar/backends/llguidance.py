@@ -44,7 +44,8 @@ from tokenmold.grammar.errors import (
     UnsatisfiableSchema,
     UnsupportedFeature,
 )
-from tokenmold.grammar.guards.schema_guard import BoundGuard, BoundSchema, strip_bounds
+from tokenmold.grammar.guards.held_keywords import strip_bounds
+from tokenmold.grammar.guards.schema_guard import BoundGuard, BoundSchema
 
 if TYPE_CHECKING:
     import torch

@@ -9,7 +9,7 @@ the work is done once per pattern instead: the pattern's automaton (``automaton`
 over every token of the vocabulary from every state at once, and each state keeps the packed row of
 the tokens that can go on from it (states that allow the same tokens share one: a count's states
 farther from its end than the longest token). The string compiles without its ``pattern``
-(``tokenmold.grammar.guards.schema_guard.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
+(``tokenmold.grammar.guards.held_keywords.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
 bound guard ANDs the row of the state the content so far reached: a step is one AND.
 
 A token is judged by the characters it writes into the string (JSON escapes decoded): one that

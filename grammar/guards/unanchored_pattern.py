@@ -8,7 +8,7 @@ lexeme whose states are unions of all the partial matches in flight, and its tok
 shortcut for them: 400 µs a mask on MaskBench's `Github_easy---o12621` against 3-8 µs in the same
 string without the pattern (issue 16).
 
-So such strings compile without their ``pattern`` (``tokenmold.grammar.guards.schema_guard.strip_bounds``) and
+So such strings compile without their ``pattern`` (``tokenmold.grammar.guards.held_keywords.strip_bounds``) and
 this mask puts it back on the bound guard's tracker: the tokens that close the string (a quote,
 after content or not; 163 of SmolLM2's 49,152) stay allowed only where the content they complete
 contains a match, searched with the validation layer's regular expressions
