@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     import torch
 
 #: Every engine name the benchmarks accept, in table order.
-ENGINE_NAMES = ("tokenmold", "xgrammar", "xgrammar-nonstrict", "llguidance", "outlines")
+ENGINE_NAMES = ("tokenmold", "tokenmold-no-guards", "xgrammar", "xgrammar-nonstrict", "llguidance", "outlines")
 
 _LOG_PREFIX = re.compile(r"^\[[^\]]*\] \S+?:\d+: ")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
@@ -122,11 +122,13 @@ class TokenmoldEngine(BenchEngine):
     does when it compiles a grammar (the bound guard's pattern rows), then validation."""
 
     name = "tokenmold"
+    #: Whether the guards run beside llguidance's mask (``tokenmold.grammar.guards``).
+    guards = True
 
     def __init__(self, vocab: Vocabulary) -> None:
         super().__init__(vocab)
         # No cache: every schema pays its full compile, as for the raw engines.
-        self._compiler = ShapeCompiler(vocab, isolation="inline", cache_bytes=0)
+        self._compiler = ShapeCompiler(vocab, isolation="inline", cache_bytes=0, guards=self.guards)
 
     def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
         compiled = self._compiler.compile(Shape.from_json_schema(schema), CompileOptions())
@@ -144,6 +146,14 @@ class TokenmoldEngine(BenchEngine):
 
     def final_accepts(self, schema: dict[str, Any] | bool, text: str) -> bool:
         return first_objection(schema, text) is None
+
+
+class TokenmoldNoGuardsEngine(TokenmoldEngine):
+    """tokenmold with its guards off (``tokenmold serve --no-guards``): llguidance gets whole
+    schemas, so the two rows say what the guards close and what they save."""
+
+    name = "tokenmold-no-guards"
+    guards = False
 
 
 class XGrammarEngine(BenchEngine):
@@ -208,7 +218,14 @@ class OutlinesEngine(BenchEngine):
 
 _ENGINES: dict[str, type[BenchEngine]] = {
     cls.name: cls
-    for cls in (TokenmoldEngine, XGrammarEngine, XGrammarNonStrictEngine, LLGuidanceEngine, OutlinesEngine)
+    for cls in (
+        TokenmoldEngine,
+        TokenmoldNoGuardsEngine,
+        XGrammarEngine,
+        XGrammarNonStrictEngine,
+        LLGuidanceEngine,
+        OutlinesEngine,
+    )
 }
 
 

@@ -121,6 +121,11 @@ class ShapeCompiler:
         xgrammar for what llguidance refuses; tool sets too (128 functions in ~50 ms where
         xgrammar's structural tags take over 10 s: ``tokenmold bench tools``); EBNF (xgrammar's
         dialect), regexes and choices go to xgrammar.
+    guards:
+        ``True`` (default): llguidance's grammars leave the keywords the guards hold to them
+        (``tokenmold.grammar.guards``), and a JSON shape with an explicitly open object gets the
+        duplicate-key guard. ``False``: the grammar engines get the whole schema and the specs ask
+        the engine for no guard; validation judges every output either way. Part of the cache key.
     """
 
     def __init__(
@@ -133,6 +138,7 @@ class ShapeCompiler:
         workers: int | None = None,
         queue_timeout_s: float | None = None,
         backend: str = "auto",
+        guards: bool = True,
     ) -> None:
         if isolation not in ("process", "inline"):
             raise ValueError("isolation must be 'process' or 'inline'")
@@ -140,6 +146,7 @@ class ShapeCompiler:
         self.limits = limits
         self.isolation = isolation
         self.backend_name = backend
+        self.guards = guards
         self._cache: CompileCache[CompiledShape] = CompileCache(cache_bytes, lambda c: c.memory_bytes)
         names = ("llguidance", "xgrammar") if backend == "auto" else (backend,)
         self._pool = (
@@ -172,6 +179,7 @@ class ShapeCompiler:
             [
                 COMPILER_VERSION,
                 self.backend_name,
+                self.guards,
                 self.vocab.fingerprint,
                 shape.kind.value,
                 options.strict,
@@ -201,6 +209,7 @@ class ShapeCompiler:
                 JsonOptions(
                     strict_properties=options.strict and self.backend_name == "xgrammar",
                     max_whitespace=options.max_whitespace,
+                    guards=self.guards,
                 ),
             )
         elif shape.kind is ShapeKind.TOOLS:
@@ -215,7 +224,7 @@ class ShapeCompiler:
         )
         report = report.for_engine(spec.backend)
         floor = output_floor(normalized, self.vocab) if normalized is not None else None
-        if kind == "json_schema" and spec.backend == "llguidance" and opens_objects(report):
+        if self.guards and kind == "json_schema" and spec.backend == "llguidance" and opens_objects(report):
             spec = spec.with_key_guard()  # layout.py: repeated keys are beyond any grammar
         return CompiledShape(
             key=key,

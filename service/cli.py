@@ -104,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_dtype(gen)
     _add_repetition_guard(gen)
     add_logging(gen)
+    _add_no_guards(gen)
     gen.set_defaults(func=_generate)
 
     serve = sub.add_parser("serve", help="the OpenAI-compatible HTTP server")
@@ -186,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
         help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
     )
     _add_repetition_guard(serve)
+    _add_no_guards(serve)
     serve.add_argument(
         "--forced-drafts",
         type=int,
@@ -243,6 +245,16 @@ def _add_repetition_guard(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_no_guards(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--no-guards",
+        dest="guards",
+        action="store_false",
+        help="no masks beside llguidance's: it gets whole schemas (lengths, item counts, patterns, formats) "
+        "and repeated keys are left to validation",
+    )
+
+
 def _repetition_guard(value: str) -> RepetitionGuard | None:
     from tokenmold.service.repetition import RepetitionGuard
 
@@ -275,7 +287,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         engine = EngineConfig(model=args.model, dtype=args.dtype)
-        runtime = Runtime(RuntimeConfig(engine=engine, repetition_guard=args.repetition_guard))
+        runtime = Runtime(RuntimeConfig(engine=engine, repetition_guard=args.repetition_guard, guards=args.guards))
         try:
             layout = {} if args.max_extra_properties is None else {"max_extra_properties": args.max_extra_properties}
             options = CompileOptions(strict=args.strict, **layout)

@@ -55,6 +55,9 @@ class RuntimeConfig:
     #: template teaches.
     tool_call_format: str | None = None
 
+    #: Run the guards beside llguidance's mask (``tokenmold.grammar.guards``); off, the grammar
+    #: engines get whole schemas and validation alone judges what the guards would have held.
+    guards: bool = True
     #: Stop an output looping inside one JSON value (``service/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
     #: Refuse a ``max_tokens`` below the shape's shortest output (400 ``budget_too_small``). Off,
@@ -187,6 +190,7 @@ class Runtime:
             cache_bytes=config.cache_bytes,
             workers=config.compile_workers,
             queue_timeout_s=config.compile_queue_timeout_s,
+            guards=config.guards,
         )
         self._engine: Engine | None = None
         #: Engine requests aborted because their caller went away (a client disconnect).

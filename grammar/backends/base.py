@@ -33,10 +33,15 @@ class JsonOptions:
     max_whitespace:
         Most whitespace characters allowed between two JSON tokens; ``0`` forces compact JSON.
         Bounded so that no whitespace loop can run to max_tokens.
+    guards:
+        ``True``: the keywords the guards hold (``tokenmold.grammar.guards.held_keywords``) leave
+        the grammar and the spec asks the engine to run the guards in their place. ``False``: the
+        grammar engine gets the whole schema and no guard runs (the switch measures what they buy).
     """
 
     strict_properties: bool = False
     max_whitespace: int = 2
+    guards: bool = True
 
 
 #: Prefix of a ``grammar`` spec that carries a serialized llguidance grammar (see

@@ -208,9 +208,10 @@ class LLGuidanceBackend(Backend):
         ``whitespace_pattern`` does not bound a gap; any ``max_whitespace`` therefore gives compact
         JSON, the one layout inside every bound.
 
-        Plain strings lose their ``maxLength`` and arrays their ``maxItems`` in the grammar: the
-        bound guard enforces them (``tokenmold.grammar.guards.schema_guard``: llguidance's masks inside a
-        bounded string or a long bounded array are slow).
+        With ``options.guards``, the keywords the guards hold leave the grammar (plain strings'
+        ``maxLength``, arrays' ``maxItems``, held patterns and formats: llguidance's masks there are
+        slow) and the schema guard enforces them (``tokenmold.grammar.guards.schema_guard``);
+        without, llguidance gets the whole schema.
         """
         if options.strict_properties:
             raise UnsupportedFeature(
@@ -220,10 +221,12 @@ class LLGuidanceBackend(Backend):
         bounds = None
         if schema is not False:
             layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
-            stripped = strip_bounds(schema if isinstance(schema, dict) else {})
-            if stripped.lengths or stripped.items or stripped.patterns or stripped.anchored:
-                bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
-            schema = {**stripped.schema, "x-guidance": layout}
+            if options.guards:
+                stripped = strip_bounds(schema if isinstance(schema, dict) else {})
+                if stripped.lengths or stripped.items or stripped.patterns or stripped.anchored:
+                    bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+                schema = stripped.schema
+            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
         return self.compile_grammar(
             llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error, bounds=bounds
         )

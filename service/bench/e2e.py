@@ -168,6 +168,7 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             engine=EngineConfig(model=args.model, max_num_seqs=max(args.batch)),
             repetition_guard=None,
             budget_floor=False,
+            guards=args.guards,
         )
     )
     try:
@@ -212,6 +213,7 @@ async def _figures(args: argparse.Namespace, runtime: Runtime, http: _Http | Non
     report["dtype"] = runtime.engine.dtype  # auto resolves by host (docs/operations.md#cpu-dtype)
     report["max_tokens"] = args.max_tokens
     report["repeats"] = args.repeats
+    report["guards"] = args.guards
     return report
 
 
@@ -401,6 +403,12 @@ def run_e2e(argv: list[str] | None = None) -> int:
         type=lambda s: s.split(","),
         help=f"in-process modes to run (default: all of {','.join(MODES)}); the HTTP run needs tokenmold",
     )
+    parser.add_argument(
+        "--no-guards",
+        dest="guards",
+        action="store_false",
+        help="compile and serve without the masks beside llguidance's (what they cost or save)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
     if unknown := set(args.modes) - set(MODES):
@@ -408,7 +416,10 @@ def run_e2e(argv: list[str] | None = None) -> int:
     if not args.no_http and "tokenmold" not in args.modes:
         parser.error("the HTTP run is compared with the tokenmold mode: add it to --modes, or pass --no-http")
     report = asyncio.run(_bench(args))
-    print(f"engine dtype {report['dtype']}, {args.max_tokens} tokens a request, {args.repeats} repeats")
+    guards = "on" if args.guards else "off"
+    print(
+        f"engine dtype {report['dtype']}, {args.max_tokens} tokens a request, {args.repeats} repeats, guards {guards}"
+    )
     print(f"{'batch':>6} " + " ".join(f"{header:>{width}}" for header, _, width in _COLUMNS) + "   (tok/s)")
     for batch in args.batch:
         r = report[str(batch)]
