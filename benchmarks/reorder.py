@@ -15,6 +15,8 @@ from typing import Any
 
 from jsonschema.validators import validator_for
 
+from tokenmold.grammar.json_pointer import read_token
+
 _BRANCHES = ("anyOf", "oneOf")
 
 
@@ -33,7 +35,7 @@ class _SchemaOrder:
             seen.add(ref)
             target: Any = self.root
             for part in [p for p in ref[1:].split("/") if p]:
-                part = part.replace("~1", "/").replace("~0", "~")
+                part = read_token(part)
                 if isinstance(target, dict) and part in target:
                     target = target[part]
                 elif isinstance(target, list) and part.isdigit() and int(part) < len(target):

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from tokenmold.grammar.json_pointer import read_token
+
 #: Depth at which a ``$ref`` chain is taken as a cycle (its part counts as nothing).
 _MAX_DEPTH = 48
 #: A floor text beyond this many bytes is counted by its longest-token bound instead of exactly.
@@ -242,7 +244,7 @@ class _Shortest:
             raise _Unknown("remote $ref")
         node: Any = self.root
         for part in ref[1:].split("/")[1:] if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
+            part = read_token(part)
             if not isinstance(node, dict) or part not in node:
                 raise _Unknown("unresolved $ref")
             node = node[part]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.walk import DATA, MAPS, rewrite_schemas
 from tokenmold.grammar.report import KeywordReport
 
@@ -73,7 +74,7 @@ class _Narrowing:
         if key in DATA:
             return value
         if key in MAPS and isinstance(value, dict):
-            return {name: self.node(sub, f"{pointer}/{key}/{_token(name)}") for name, sub in value.items()}
+            return {name: self.node(sub, f"{pointer}/{key}/{pointer_token(name)}") for name, sub in value.items()}
         if isinstance(value, list):
             return [self.node(sub, f"{pointer}/{key}/{i}") for i, sub in enumerate(value)]
         return self.node(value, f"{pointer}/{key}")
@@ -125,7 +126,3 @@ def _is_object(schema: dict[str, Any]) -> bool:
     if kind is None:
         return "properties" in schema or "additionalProperties" in schema
     return kind == "object" or (isinstance(kind, list) and "object" in kind)
-
-
-def _token(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")

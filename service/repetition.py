@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from tokenmold.grammar.json_pointer import pointer_to
+
 #: JSON characters that end a scalar value (outside strings).
 _STRUCTURAL = frozenset("{}[],:")
 
@@ -179,5 +181,5 @@ def open_value(text: str) -> OpenValue | None:
     parts = [str(entry[1]) for entry in stack if entry[1] is not None]
     if in_string and string_is_key:
         parts = parts[:-1] if stack and stack[-1][1] is not None and stack[-1][0] is True else parts
-    pointer = "".join("/" + part.replace("~", "~0").replace("/", "~1") for part in parts)
+    pointer = pointer_to(parts)
     return OpenValue(scalar_start, pointer)

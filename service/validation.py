@@ -22,6 +22,7 @@ import jsonschema
 
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
 from tokenmold.grammar.fit.replay import FitOutcome
+from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
@@ -127,7 +128,7 @@ def check_json(
     except (json.JSONDecodeError, ValueError) as exc:
         return None, [VerdictError(path="", keyword="json", message=f"not valid JSON: {exc}")]
     errors = [
-        VerdictError(path=_pointer(error.absolute_path), keyword=str(error.validator), message=error.message)
+        VerdictError(path=pointer_to(error.absolute_path), keyword=str(error.validator), message=error.message)
         for error in _first_errors(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value))
     ]
     if not errors and pydantic_model is not None:
@@ -204,7 +205,7 @@ def _check_pydantic(text: str, model: type) -> list[VerdictError]:
         model.model_validate_json(text)  # type: ignore[attr-defined]
     except pydantic.ValidationError as exc:
         return [
-            VerdictError(path=_pointer(error["loc"]), keyword=f"pydantic:{error['type']}", message=error["msg"])
+            VerdictError(path=pointer_to(error["loc"]), keyword=f"pydantic:{error['type']}", message=error["msg"])
             for error in exc.errors()[:MAX_ERRORS]
         ]
     return []
@@ -219,10 +220,6 @@ def _validator(schema_text: str) -> jsonschema.protocols.Validator:
 def _first_errors(errors: Any) -> list[Any]:
     """The first MAX_ERRORS errors in document order (stable across runs)."""
     return sorted(errors, key=lambda e: (list(map(str, e.absolute_path)), str(e.validator)))[:MAX_ERRORS]
-
-
-def _pointer(parts: Any) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 _MAX_DOUBLE = int(sys.float_info.max)

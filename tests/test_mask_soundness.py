@@ -19,6 +19,7 @@ from jsonschema import Draft202012Validator
 from strategies import exploration_settings, semantic_schemas
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError
+from tokenmold.grammar.json_pointer import read_token
 from tokenmold.service.testing import new_bitmask, random_walk
 from tokenmold.service.validation import check_json
 
@@ -62,7 +63,7 @@ _ANY_MEMBER = {"patternProperties": 1, "additionalProperties": 0, "items": 0, "a
 def _instance_location(pointer: str) -> list[Any] | None:
     """Where in the instance the schema at ``pointer`` applies (``None`` entries: any key or index;
     ``None`` overall: anywhere, as for a definition reached through references)."""
-    tokens = [t.replace("~1", "/").replace("~0", "~") for t in pointer.split("/")[1:-1]]
+    tokens = [read_token(t) for t in pointer.split("/")[1:-1]]
     location: list[Any] = []
     i = 0
     while i < len(tokens):

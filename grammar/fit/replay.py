@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing
+from tokenmold.grammar.json_pointer import pointer_token, read_token
 
 if TYPE_CHECKING:
     from tokenmold.grammar.backends.base import Matcher
@@ -41,7 +42,7 @@ class FitOutcome:
                 found.add(step.innermost)
             found.update(step.arrays)
             for pointer, names in step.optional:
-                found.update(f"{pointer}/{_escape(n)}" for n in names if not _present(value, pointer, n))
+                found.update(f"{pointer}/{pointer_token(n)}" for n in names if not _present(value, pointer, n))
         if self.looping_at is not None:
             found.add(self.looping_at)
         return sorted(found)
@@ -88,7 +89,7 @@ def replay(
 def _present(value: Any, pointer: str, name: str) -> bool:
     node = value
     for part in pointer.split("/")[1:]:
-        part = part.replace("~1", "/").replace("~0", "~")
+        part = read_token(part)
         if isinstance(node, list) and part.isdigit() and int(part) < len(node):
             node = node[int(part)]
         elif isinstance(node, dict) and part in node:
@@ -96,7 +97,3 @@ def _present(value: Any, pointer: str, name: str) -> bool:
         else:
             return False
     return isinstance(node, dict) and name in node
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmold.grammar.budget import shortest_text
+from tokenmold.grammar.json_pointer import read_token
 from tokenmold.grammar.jsonschema.atoms import json_atom
 
 #: JSON types, in the order a candidate with no ``type`` lists them.
@@ -140,7 +141,7 @@ class FitSchema:
             raise Untracked(f"remote $ref {ref}")
         node: Any = self.root
         for part in ref[1:].split("/")[1:] if ref != "#" else []:
-            part = part.replace("~1", "/").replace("~0", "~")
+            part = read_token(part)
             if not isinstance(node, dict) or part not in node:
                 raise Untracked(f"unresolved $ref {ref}")
             node = node[part]

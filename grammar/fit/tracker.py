@@ -27,6 +27,7 @@ from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
+from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.regex import search
 
 _WHITESPACE = frozenset(b" \t\n\r")
@@ -287,7 +288,7 @@ class Tracker:
         if phase == "value":
             name = top.keys[-1]
             cands = tuple(c for s in (_member_schema(c, name) for c in top.cands) for c in self.schema.candidates(s))
-            return self._start(below + (top,), cands, f"{top.pointer}/{_escape_pointer(name)}", byte)
+            return self._start(below + (top,), cands, f"{top.pointer}/{pointer_token(name)}", byte)
         return None
 
     def _array(self, top: Arr, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
@@ -497,10 +498,6 @@ def _cheapest(options: Iterable[bytes | None]) -> bytes | None:
 def _json(value: str) -> str:
     """A property name or enum string as JSON writes it (plans repeat the same few names)."""
     return json.dumps(value, ensure_ascii=False)
-
-
-def _escape_pointer(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")
 
 
 def is_content(data: bytes) -> bool:

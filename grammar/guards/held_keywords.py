@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 from tokenmold.grammar.guards.held_patterns import guarded, key_pattern
 from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
 from tokenmold.grammar.guards.unanchored_pattern import searching
+from tokenmold.grammar.json_pointer import pointer_token
 
 #: Keywords that make a string something other than "any text of bounded length": llguidance keeps
 #: the bound of such a string (it has to build that lexeme anyway).
@@ -114,7 +115,7 @@ def _strip(node: Any, kept: set[str], at: str, count: list[int]) -> Any:
         members = node.get(keyword)
         if isinstance(members, dict):
             out[keyword] = {
-                name: _strip(s, kept, f"{at}/{keyword}/{_escape(name)}", count) for name, s in members.items()
+                name: _strip(s, kept, f"{at}/{keyword}/{pointer_token(name)}", count) for name, s in members.items()
             }
     for keyword in _VALUE_LISTS:
         branches = node.get(keyword)
@@ -156,7 +157,7 @@ def _strip_own(node: dict[str, Any], out: dict[str, Any], kept: set[str], at: st
         # the keys' pattern goes to the guard; the grammar takes any other key, with its schema
         ((name, value),) = node["patternProperties"].items()
         del out["patternProperties"]
-        out["additionalProperties"] = _strip(value, kept, f"{at}/patternProperties/{_escape(name)}", count)
+        out["additionalProperties"] = _strip(value, kept, f"{at}/patternProperties/{pointer_token(name)}", count)
         count[3] += 1
 
 
@@ -227,7 +228,3 @@ def counted(schema: dict[str, Any]) -> bool:
     """An array whose ``maxItems`` the guard can hold (a bound of 0 stays: nothing to count)."""
     bound = schema.get("maxItems")
     return _is("array", schema) and isinstance(bound, int) and bound >= 1
-
-
-def _escape(name: str) -> str:
-    return name.replace("~", "~0").replace("/", "~1")

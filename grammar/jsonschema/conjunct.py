@@ -87,8 +87,3 @@ def or_false(child: Child, conjuncts: list[Conjunct]) -> dict[str, Any] | bool:
         return child(conjuncts)
     except Unsat:
         return False
-
-
-def pointer_token(key: str | int) -> str:
-    """Escape one JSON Pointer reference token (RFC 6901)."""
-    return str(key).replace("~", "~0").replace("/", "~1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenmold.grammar.errors import LimitExceeded
-from tokenmold.grammar.jsonschema.conjunct import pointer_token
+from tokenmold.grammar.json_pointer import pointer_token
 
 
 def check_depth(document: Any, max_depth: int) -> None:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.conjunct import (
     Child,
     Conjunct,
@@ -25,7 +26,6 @@ from tokenmold.grammar.jsonschema.conjunct import (
     Unsat,
     never,
     or_false,
-    pointer_token,
 )
 from tokenmold.grammar.jsonschema.keywords import ANNOTATIONS
 from tokenmold.grammar.jsonschema.merge_counts import Counts

@@ -10,7 +10,7 @@ from jsonschema import validators
 from jsonschema.protocols import Validator
 
 from tokenmold.grammar.errors import LimitExceeded, SchemaError, UnsupportedFeature
-from tokenmold.grammar.jsonschema.conjunct import pointer_token
+from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.regex import PatternError, compile_pattern
 from tokenmold.grammar.limits import Limits
 

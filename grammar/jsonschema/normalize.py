@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmold.grammar.errors import LimitExceeded, SchemaError, UnsatisfiableSchema
-from tokenmold.grammar.jsonschema.conjunct import Conjunct, Identity, Unsat, never, pointer_token
+from tokenmold.grammar.json_pointer import pointer_token, read_token
+from tokenmold.grammar.jsonschema.conjunct import Conjunct, Identity, Unsat, never
 from tokenmold.grammar.jsonschema.depth import check_depth
 from tokenmold.grammar.jsonschema.distribute import Alternatives, distinct, layout
 from tokenmold.grammar.jsonschema.graph import check_ref_loops, finite, finite_definitions
@@ -398,7 +399,7 @@ def _def_name(key: str, taken: set[str]) -> str:
     """
     parts = []
     for pointer in key.split(" & "):
-        tokens = [token.replace("~1", "/").replace("~0", "~") for token in pointer.split("/")[1:]]
+        tokens = [read_token(token) for token in pointer.split("/")[1:]]
         parts.append("_".join(tokens[1:] if len(tokens) == 2 and tokens[0] in ("$defs", "definitions") else tokens))
     base = re.sub(r"[^A-Za-z0-9_]+", "_", "_and_".join(parts)).strip("_") or "root"
     name, suffix = base, 2

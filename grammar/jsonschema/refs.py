@@ -13,7 +13,8 @@ from typing import Any, NamedTuple
 from urllib.parse import unquote, urldefrag, urljoin
 
 from tokenmold.grammar.errors import LimitExceeded, SchemaError, UnsupportedFeature
-from tokenmold.grammar.jsonschema.conjunct import MergeContext, pointer_token
+from tokenmold.grammar.json_pointer import pointer_to, pointer_token, read_token
+from tokenmold.grammar.jsonschema.conjunct import MergeContext
 from tokenmold.grammar.jsonschema.graph import find_cycle
 from tokenmold.grammar.jsonschema.metaschema import Checker
 from tokenmold.grammar.limits import Limits
@@ -173,7 +174,7 @@ class Resolver:
                 )
             return Located(*self.checker.anchors[fragment])
         node: Any = self.root
-        tokens = [token.replace("~1", "/").replace("~0", "~") for token in fragment.split("/")[1:]]
+        tokens = [read_token(token) for token in fragment.split("/")[1:]]
         for token in tokens:
             if isinstance(node, dict) and token in node:
                 node = node[token]
@@ -185,7 +186,7 @@ class Resolver:
                 )
         if not isinstance(node, (dict, bool)):
             raise SchemaError(f"$ref {ref!r} does not point at a schema", pointer=f"{pointer}/$ref", keyword="$ref")
-        return Located(node, "".join("/" + pointer_token(token) for token in tokens))
+        return Located(node, pointer_to(tokens))
 
 
 def _root_base(root: dict[str, Any]) -> str | None:
