@@ -3,7 +3,8 @@
 The rows are those tokenmold's matcher fills while MaskBench's valid instances are walked through
 it (a seeded sample of schemas and of the steps), stacked into batches; the logits are random
 bf16. The whole-row pass (``mask_apply.apply_whole_rows``) unpacks every bit and writes -inf
-wherever one is 0: what ``apply_rows`` did for every row before session 10, and still does for the
+wherever one is 0: what ``apply_rows`` did for every row before rows were told apart by
+how much they refuse, and still does for the
 rows that are neither mostly allowed nor mostly refused.
 
     python -m benchmarks apply PATH... [--limit N] [--seed S] [--batch 16,64] [--repeats R]

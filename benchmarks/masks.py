@@ -200,7 +200,7 @@ _SOURCE_FIELDS = (
 )
 
 
-#: A mask fill slower than this counts as slow: issue 16's p99 target for a mask.
+#: A mask fill slower than this counts as slow: the p99 target a mask is held to (docs/benchmarks.md).
 SLOW_MASK_US = 50.0
 #: Files listed by their count of slow masks in the JSON.
 SLOW_FILES_KEPT = 25

@@ -5,7 +5,7 @@ engine core (``service/grammar_chain.py``), and in process the one a benchmark o
 every matcher it makes. Taking the tensor's numpy view and address costs torch calls that are
 cheap in a tight loop and 40-70 µs right after other work has run (cold caches: measured on the
 first fill of each fresh matcher in ``python -m benchmarks masks``, where they made most first
-fills cross 50 µs; issue 16). So they are taken once and kept for the tensor last seen.
+fills cross 50 µs). So they are taken once and kept for the tensor last seen.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The estimate only has to separate milliseconds from seconds, and it errs toward ``CHEAP``: a wrong
 ``CHEAP`` costs one demotion in the pool (``grammar/worker.py``), a wrong ``HEAVY`` only a wait
-behind other heavy compiles. What takes seconds, as measured (docs/benchmarks.md, issue 14):
+behind other heavy compiles. What takes seconds, as measured (docs/benchmarks.md, compile lanes):
 
 - xgrammar precomputing masks for a large JSON grammar (non-strict objects, long strings) or for
   many tools (128 functions: ~10 s); llguidance builds masks lazily, so its JSON compiles are cheap

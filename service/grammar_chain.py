@@ -5,8 +5,8 @@ worker computes the forward, and its ``accept_tokens`` after sampling, on the st
 tokenmold wraps those (``vllm_plugin``): llguidance fills the row, then each guard (duplicate keys,
 string bounds, budget fitting) restricts it in place. At batch 64 that chain runs 64 times a step
 on the engine core's one thread, and its Python cost more than llguidance's own walk (8-12 µs a
-row against 5-8 on the ``bench e2e`` workload: ``python -m benchmarks chain``, docs/benchmarks.md,
-session 13). Three things keep it down:
+row against 5-8 on the ``bench e2e`` workload: ``python -m benchmarks chain``, docs/benchmarks.md).
+Three things keep it down:
 
 - ``ROWS`` (``tokenmold.grammar.bitmask_views``): vLLM fills rows of one persistent int32 tensor, step
   after step; its numpy view and data pointer are taken once, not per row and per guard

@@ -9,7 +9,7 @@ so inside a plain or ``maxLength``-bounded string a mask costs a few microsecond
 ``pattern`` or ``format`` allows only letters and digits (``^[0-9A-Za-z]{1,64}$``, an e-mail's
 local part, a URI's scheme) subsumes none of them, and every mask at a state llguidance meets for
 the first time walks every alphanumeric token: 70-150 µs on the embedded model's 49,152 tokens, a
-large share of tokenmold's slow masks on MaskBench (docs/benchmarks.md, session 14).
+large share of tokenmold's slow masks on MaskBench (docs/benchmarks.md).
 
 ``with_tokenmold_slices`` puts runs of letters and digits first (each token joins the first slice
 whose regex it matches, so these take the alphanumeric tokens out of the defaults), in lengths that
@@ -21,7 +21,7 @@ the trie each mask walks.
 
 Each slice is also a lexeme of every grammar llguidance parses with that tokenizer, so the ten cost
 about 170 µs of every grammar's parse (a median MaskBench schema's, measured: 0.90 against 0.73 ms;
-docs/benchmarks.md, session 21). ``LLTokenizers`` keeps a second tokenizer and gives a grammar the
+docs/benchmarks.md). ``LLTokenizers`` keeps a second tokenizer and gives a grammar the
 sliced one only where a slice can pay. A JSON Schema grammar none of whose strings is narrower than
 JSON string content parses with the other, whose one slice is string content of any length: every
 string there is unbounded (``maxLength`` sends a grammar to the sliced tokenizer), so llguidance's
@@ -37,7 +37,7 @@ from typing import Any
 #: Alphanumeric runs, shortest first, placed before llguidance's defaults: lowercase letters and
 #: digits first (slugs and ids, ``^[a-z0-9-]+$``, which no run with capitals fits), then any case.
 #: Measured on MaskBench's 200-file sample against the defaults alone and against other chains
-#: (docs/benchmarks.md, sessions 14 and 15).
+#: (docs/benchmarks.md): lowercase first keeps slugs and ids on a slice as well.
 ALNUM_SLICES = (
     "[a-z0-9]{1,2}",
     "[a-z0-9]{1,4}",

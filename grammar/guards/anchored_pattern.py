@@ -4,7 +4,7 @@ Inside a string whose pattern is anchored at both ends and counts (``^[0-9A-Za-z
 llguidance walks its token trie at every position its slices do not cover (near the end of a
 counted run, where each position is a new lexer state): 60-150 µs a mask on MaskBench, and paid
 again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
-grammar costs the same; issue 16). Such a pattern's states are few and recur across outputs, so
+grammar costs the same). Such a pattern's states are few and recur across outputs, so
 the work is done once per pattern instead: the pattern's automaton (``automaton``) is run
 over every token of the vocabulary from every state at once, and each state keeps the packed row of
 the tokens that can go on from it (states that allow the same tokens share one: a count's states

@@ -3,10 +3,10 @@
 llguidance unrolls ``maxItems: n`` into ``n`` nested optional items, and its Earley parser then
 carries every open level: on MaskBench's `Github_hard---o56011` (a ``maxItems: 254`` list of
 numbers) a mask costs 70-220 µs, growing along the list, against 2-7 µs with the bound left out
-(issue 16). So arrays compile without ``maxItems`` (``tokenmold.grammar.guards.held_keywords.strip_bounds``)
-and this mask puts the bound back, on the bound guard's tracker: it clears, in the row llguidance
-filled, the tokens that would write a comma into an array that already holds its ``maxItems``
-items (or is writing its last one).
+(measured on the embedded model's vocabulary). So arrays compile without ``maxItems``
+(``tokenmold.grammar.guards.held_keywords.strip_bounds``) and this mask puts the bound back, on the
+bound guard's tracker: it clears, in the row llguidance filled, the tokens that would write a comma
+into an array that already holds its ``maxItems`` items (or is writing its last one).
 
 Which tokens write such a comma depends on what is open above the array, so a few rows are built
 once per vocabulary (the tokens whose first byte after whitespace is a comma; those that close a

@@ -4,7 +4,7 @@ llguidance turns ``format: hostname``, ``email`` and ``uri`` into regular expres
 counted runs and wide classes its token trie walk has no shortcut for: a mask costs 85-90 µs at
 every position of a hostname or an email, and 100-600 µs at a URI's scheme and host, 90 µs at
 every position of pydantic's ``HttpUrl`` (``uri`` with ``maxLength: 2083``), against 3-8 µs in a
-plain string (measured on the embedded model's vocabulary; issue 16). Their automata are small
+plain string (measured on the embedded model's vocabulary). Their automata are small
 (250, 59 and 339 states), so the pattern guard (``tokenmold.grammar.guards.anchored_pattern``) runs them the
 way it runs a counted pattern: the string compiles without its ``format`` and the guard ANDs the
 row of the state its content reached. The expressions are llguidance's (1.7.6,

@@ -6,7 +6,7 @@ matching text (write the match after it): inside such a string any content is al
 the closing quote depends on the pattern. llguidance, given the pattern, builds the search as a
 lexeme whose states are unions of all the partial matches in flight, and its token-trie walk has no
 shortcut for them: 400 µs a mask on MaskBench's `Github_easy---o12621` against 3-8 µs in the same
-string without the pattern (issue 16).
+string without the pattern.
 
 So such strings compile without their ``pattern`` (``tokenmold.grammar.guards.held_keywords.strip_bounds``) and
 this mask puts it back on the bound guard's tracker: the tokens that close the string (a quote,
