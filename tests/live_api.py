@@ -1,23 +1,37 @@
-"""What the HTTP end-to-end modules share: one ``tokenmold serve`` per module (embedded SmolLM2-135M
-on vLLM CPU, about half a minute to start), the openai client on it, and the shapes they send.
+"""What the HTTP end-to-end modules share: the flags of the test session's one ``tokenmold serve``
+(embedded SmolLM2-135M on vLLM CPU, about a minute to start; ``conftest.py`` launches it and serves
+it as the ``server`` and ``client`` fixtures), and the shapes they send.
 
-Modules take the fixtures by importing them (``from live_api import client, server``): a
-module-scoped fixture imported into two modules is one server for each.
+A module that needs other flags (a short context, drafting, a server it kills) defines its own
+``server`` fixture, which pytest prefers to the shared one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from pathlib import Path
 
-import openai
-import pytest
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
-
-from tokenmold.service.bench.live_server import LiveServer
 
 KEY = "sk-tokenmold-test"
 MODEL = "SmolLM2-135M-Instruct"
-MAX_BODY = 100_000
+#: The body limit: above the adversarial corpus's largest legitimate body (a 100,000-value enum).
+MAX_BODY = 4_000_000
+#: The compile limit: past every shape the tests expect to compile (128 tools take ~0.1 s), short
+#: enough that the slow-compile test's request is stopped at it.
+COMPILE_TIMEOUT_S = 5
+
+
+def server_args(batch_dir: Path) -> tuple[str, ...]:
+    """The shared server's flags: the model's own context (the 128 tools' prompt is ~3k tokens),
+    an API key, two compile workers, and a batch folder for ``/v1/batches``."""
+    return (
+        "--api-key", KEY,
+        "--compile-timeout", str(COMPILE_TIMEOUT_S),
+        "--compile-workers", "2",
+        "--max-body-bytes", str(MAX_BODY),
+        "--batch-dir", str(batch_dir),
+        "--log-level", "warning",
+    )  # fmt: skip
 
 
 class Animal(BaseModel):
@@ -93,34 +107,6 @@ def slow_regex(classes: int, tag: str = "") -> str:
     repeated costs it once, which made an earlier version of this helper finish before the
     tests' concurrent requests did). ``tag`` makes the shape new to the cache."""
     return "-".join(f"[^{c}]{{1,255}}" for c in "abcdefghij"[:classes]) + tag
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    """``tokenmold serve`` in its own process group; every process of the group is gone afterwards."""
-    log = tmp_path_factory.mktemp("server") / "serve.log"
-    with LiveServer(
-        "--api-key",
-        KEY,
-        "--max-model-len",
-        "1024",
-        "--compile-timeout",
-        "1",
-        "--compile-workers",
-        "2",
-        "--max-body-bytes",
-        str(MAX_BODY),
-        "--log-level",
-        "warning",
-        log=log,
-    ) as live:
-        yield live.url
-    assert not live.left_processes_behind, "the server left processes behind"
-
-
-@pytest.fixture(scope="module")
-def client(server: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
 def validation(choice) -> dict:

@@ -7,17 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-
-from tokenmold.service.bench.live_server import LiveServer
+from live_api import KEY, MAX_BODY, MODEL
 
 pytestmark = pytest.mark.engine
 
-MAX_BODY = 4_000_000
 DEADLINE_S = 10.0
 
 
@@ -81,34 +78,15 @@ CORPUS: dict[str, tuple[dict[str, Any], int, str | None]] = {
 }
 
 
-#: The served model id, read from /v1/models once the server is up.
-MODEL: list[str] = ["?"]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[LiveServer]:
-    log = tmp_path_factory.mktemp("adversarial") / "serve.log"
-    with LiveServer(
-        "--max-model-len",
-        "1024",
-        "--compile-timeout",
-        "5",
-        "--max-body-bytes",
-        str(MAX_BODY),
-        "--log-level",
-        "warning",
-        log=log,
-    ) as live:
-        MODEL[0] = live.model_id()
-        yield live
-    assert not live.left_processes_behind, "the server left processes behind"
+#: Every request carries the shared server's key: what is refused here is refused for its body.
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 async def _chat(
     http: httpx.AsyncClient, extras: dict[str, Any], max_tokens: int = 16
 ) -> tuple[int, dict[str, Any], float]:
     body = {
-        "model": MODEL[0],
+        "model": MODEL,
         "messages": [{"role": "user", "content": "Answer."}],
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -128,9 +106,9 @@ async def _bystander(http: httpx.AsyncClient, stop: asyncio.Event, latencies: li
             failures.append(f"{status}: {json.dumps(payload)[:300]}")
 
 
-def test_adversarial_corpus_under_concurrent_traffic(server: LiveServer) -> None:
+def test_adversarial_corpus_under_concurrent_traffic(server: str) -> None:
     async def run() -> tuple[dict[str, tuple[int, dict[str, Any], float]], list[float], list[str]]:
-        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+        async with httpx.AsyncClient(base_url=server, headers=AUTH, timeout=120) as http:
             stop = asyncio.Event()
             latencies: list[float] = []
             failures: list[str] = []
@@ -156,17 +134,17 @@ def test_adversarial_corpus_under_concurrent_traffic(server: LiveServer) -> None
     print(f"bystander requests: {len(latencies)}, max latency {max(latencies):.2f} s")
 
 
-def test_malformed_json_body_is_400(server: LiveServer) -> None:
+def test_malformed_json_body_is_400(server: str) -> None:
     response = httpx.post(
-        f"{server.url}/v1/chat/completions", content=b'{"messages": [', headers={"Content-Type": "application/json"}
+        f"{server}/v1/chat/completions", content=b'{"messages": [', headers={**AUTH, "Content-Type": "application/json"}
     )
     assert response.status_code == 400 and response.json()["error"]["message"]
 
 
-def test_ten_megabyte_body_is_413_and_the_server_survives(server: LiveServer) -> None:
-    huge = json.dumps({"model": MODEL[0], "messages": [{"role": "user", "content": "x" * 10_000_000}]})
+def test_ten_megabyte_body_is_413_and_the_server_survives(server: str) -> None:
+    huge = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "x" * 10_000_000}]})
     response = httpx.post(
-        f"{server.url}/v1/chat/completions", content=huge, headers={"Content-Type": "application/json"}, timeout=60
+        f"{server}/v1/chat/completions", content=huge, headers={**AUTH, "Content-Type": "application/json"}, timeout=60
     )
     assert response.status_code == 413 and str(MAX_BODY) in response.json()["error"]["message"]
-    assert httpx.get(f"{server.url}/health").status_code == 200
+    assert httpx.get(f"{server}/health").status_code == 200

@@ -2,8 +2,8 @@
 with the real openai SDK and plain httpx, as a user would.
 
 Structured output, tools, errors, limits and API fuzzing; streaming is in test_api_streaming.py.
-One server per module (``live_api.py``); few tokens per request and temperature 0 keep the whole
-module within a couple of minutes on 2 cores.
+The session's shared server (``conftest.py``); few tokens per request and temperature 0 keep the
+whole module within a couple of minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from live_api import (  # noqa: F401  (client, server: this module's fixtures, see live_api)
+from live_api import (
+    COMPILE_TIMEOUT_S,
     KEY,
     MAX_BODY,
     MODEL,
@@ -29,8 +30,6 @@ from live_api import (  # noqa: F401  (client, server: this module's fixtures, s
     Flight,
     GetWeather,
     Shortlist,
-    client,
-    server,
     slow_regex,
     validation,
 )
@@ -353,7 +352,7 @@ def test_bad_shapes_are_400_with_the_reason(client) -> None:
 def test_too_long_a_prompt_and_an_unknown_model(client) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         client.chat.completions.create(
-            model=MODEL, messages=[{"role": "user", "content": "word " * 1500}], max_tokens=2
+            model=MODEL, messages=[{"role": "user", "content": "word " * 9000}], max_tokens=2
         )
     assert exc.value.body["code"] == "context_length_exceeded"
     with pytest.raises(openai.NotFoundError):
@@ -488,10 +487,11 @@ def test_seeded_requests_in_chunked_prefills_do_not_kill_the_engine(server) -> N
 def test_a_slow_compile_times_out_and_the_server_serves_on(client) -> None:
     """The slow compile is stopped at the server's --compile-timeout with a 400 that names it; a
     request sent meanwhile is answered. That it is answered *before* the slow compile ends is
-    test_faults.py's check, on a server whose 30 s compile timeout leaves room for it: a 1 s window
-    is shorter than one generation on a slow host (the answer came 0.23 s too late on a 2-core CI host)."""
+    test_faults.py's check, on a server whose 30 s compile timeout leaves room for it: a short
+    window is no bound on one generation on a slow host (it came 0.23 s past a 1 s window on a
+    2-core CI host)."""
     tag = uuid.uuid4().hex[:6]  # a fresh shape: compile failures are cached
-    slow = slow_regex(3, tag)  # about 5 s of xgrammar mask precomputation: well past 1 s
+    slow = slow_regex(6, tag)  # about 11 s of xgrammar mask precomputation: well past the timeout
 
     def slow_request() -> Exception | None:
         try:
@@ -520,7 +520,7 @@ def test_a_slow_compile_times_out_and_the_server_serves_on(client) -> None:
         error = pending.result()
     assert validation(quick.choices[0])["status"] == "accepted"
     assert isinstance(error, openai.BadRequestError) and error.body["code"] == "compile_timeout"
-    assert "longer than 1 s" in error.message  # the server's --compile-timeout
+    assert f"longer than {COMPILE_TIMEOUT_S} s" in error.message  # the server's --compile-timeout
     assert validation(quick_request().choices[0])["status"] == "accepted"  # and after it
 
 

@@ -9,15 +9,13 @@ import json
 import jsonschema
 import openai
 import pytest
-from live_api import (  # noqa: F401  (client, server: this module's fixtures, see live_api)
+from live_api import (
     MODEL,
     TOOLS,
     WEATHER_PARAMS,
     WEATHER_QUESTION,
     Animal,
     GetWeather,
-    client,
-    server,
     validation,
 )
 

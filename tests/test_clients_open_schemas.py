@@ -13,18 +13,16 @@ parsed object, or, where the small model loops inside a string value, an honest 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import openai
 import pytest
+from live_api import KEY
 from pydantic import BaseModel
 
-from tokenmold.service.bench.live_server import LiveServer
 from tokenmold.service.bench.tools import tool_set
 
 pytestmark = pytest.mark.engine
 
-KEY = "test-key"
 MAX_TOKENS = 120
 QUESTION = [{"role": "user", "content": "Grace Hopper was 85 and lived in Arlington. Give her as JSON."}]
 JSON_MODE_QUESTION = (
@@ -36,13 +34,6 @@ class Person(BaseModel):
     name: str
     age: int
     city: str
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("server") / "serve.log"
-    with LiveServer("--api-key", KEY, "--log-level", "warning", log=log) as live:
-        yield live.url
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +133,8 @@ def test_a_langgraph_react_agent_calls_its_tool(server, model) -> None:
 
 @pytest.mark.parametrize("tool_choice", ["required", "auto"])
 def test_128_tools_compile_within_the_compile_timeout(server, model, tool_choice) -> None:
-    """Compiling 128 tools took past the server's 10 s compile timeout before (a 400); now it
-    takes ~0.1 s. Their JSON definitions (~21k tokens) do not fit the embedded model's
+    """128 tools compile within the server's compile timeout (in ~0.1 s; they once took past a
+    10 s one, a 400). Their JSON definitions (~21k tokens) do not fit the embedded model's
     8,192-token context, and SmolLM2's template has no tools section: the system prompt lists them
     one line per function instead (~3k tokens), and the grammar holds the arguments to their
     schemas. The client's timeout only guards against a hang: prefilling ~3k tokens took 42 s on a

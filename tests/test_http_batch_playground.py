@@ -1,5 +1,5 @@
 """``/v1/files`` + ``/v1/batches`` with the openai SDK, and ``/playground`` in headless chromium,
-against one live ``tokenmold serve`` (embedded SmolLM2-135M on vLLM CPU) with an API key."""
+against the session's shared ``tokenmold serve`` (embedded SmolLM2-135M on vLLM CPU) with an API key."""
 
 from __future__ import annotations
 
@@ -8,19 +8,15 @@ import json
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-
-from tokenmold.service.bench.live_server import LiveServer
+from live_api import KEY, MODEL
 
 pytestmark = pytest.mark.engine
 
-KEY = "sk-tokenmold-batch"
-MODEL = "SmolLM2-135M-Instruct"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CLOSED = {
     "type": "object",
@@ -28,22 +24,6 @@ CLOSED = {
     "required": ["name"],
     "additionalProperties": False,
 }
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("serve")
-    with LiveServer(
-        "--api-key", KEY, "--max-model-len", "1024", "--batch-dir", str(root / "batch"), "--log-level", "warning",
-        log=root / "serve.log",
-    ) as live:  # fmt: skip
-        yield live.url
-    assert not live.left_processes_behind
-
-
-@pytest.fixture(scope="module")
-def client(server: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
 def _chat(custom_id: str, content: str, max_tokens: int, schema: object = CLOSED) -> dict:

@@ -3,13 +3,12 @@ by the real openai SDK (``responses.parse``, ``responses.stream``, function call
 Agents SDK (an agent with a function tool and an ``output_type``, on its Responses model and on its
 Chat Completions model), as a user would.
 
-One server for the module; temperature 0 and few tokens per request.
+The session's shared server (``conftest.py``); temperature 0 and few tokens per request.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Annotated
 
 import jsonschema
@@ -17,8 +16,6 @@ import openai
 import pytest
 from live_api import KEY, MODEL, WEATHER_PARAMS, Animal
 from pydantic import BaseModel, ConfigDict, Field
-
-from tokenmold.service.bench.live_server import LiveServer
 
 pytestmark = pytest.mark.engine
 
@@ -39,19 +36,6 @@ WEATHER_TOOL = {
 }
 ANIMAL_QUESTION = "Give me an animal as JSON."
 WEATHER_QUESTION = "What is the weather in Paris?"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("server") / "serve.log"
-    with LiveServer("--api-key", KEY, "--max-model-len", "2048", "--log-level", "warning", log=log) as live:
-        yield live.url
-    assert not live.left_processes_behind, "the server left processes behind"
-
-
-@pytest.fixture(scope="module")
-def client(server: str) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
 # ---------------------------------------------------------------- the openai SDK

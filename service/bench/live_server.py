@@ -42,26 +42,38 @@ class LiveServer:
         self._args = serve_args
         self._startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
+        self._deadline = 0.0
         #: Set on exit: whether any process of the server's group outlived the shutdown.
         self.left_processes_behind = False
 
     def __enter__(self) -> LiveServer:
-        for _ in range(_PORT_ATTEMPTS):
-            if self._start():
-                return self
-            # Another process took the free port between free_port() and the server's bind.
-            self.port = free_port()
-            self.url = f"http://127.0.0.1:{self.port}"
-        raise ServerFailed(f"no free port after {_PORT_ATTEMPTS} attempts:\n{self._tail()}")
+        return self.launch().ready()
 
-    def _start(self) -> bool:
-        """Start the server and wait until it is healthy; False if its port was taken meanwhile."""
+    def launch(self) -> LiveServer:
+        """Start the server process without waiting for it: a test session launches its shared server
+        before the tests that need no engine, so that the engine loads while they run."""
         command = [sys.executable, "-m", "tokenmold.service.cli", "serve", "--port", str(self.port), *self._args]
         with open(self.log, "wb") as out:
             self._proc = subprocess.Popen(
                 command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
-        deadline = time.monotonic() + self._startup_timeout_s
+        self._deadline = time.monotonic() + self._startup_timeout_s
+        return self
+
+    def ready(self) -> LiveServer:
+        """Wait until the launched server answers /health with 200 (relaunched on another port where
+        another process took its port between ``free_port()`` and the server's bind)."""
+        for _ in range(_PORT_ATTEMPTS):
+            if self._healthy():
+                return self
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self.launch()
+        raise ServerFailed(f"no free port after {_PORT_ATTEMPTS} attempts:\n{self._tail()}")
+
+    def _healthy(self) -> bool:
+        """Wait until the server is healthy; False if its port was taken meanwhile."""
+        assert self._proc is not None, "launch() first"
         while True:
             if self._proc.poll() is not None:
                 self._stop()
@@ -75,7 +87,7 @@ class LiveServer:
                     return True
             except httpx.TransportError:
                 pass
-            if time.monotonic() > deadline:
+            if time.monotonic() > self._deadline:
                 self._stop()
                 raise ServerFailed(f"the server did not become healthy:\n{self._tail()}")
             time.sleep(0.5)
