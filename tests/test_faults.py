@@ -2,8 +2,9 @@
 
 One server (module-scoped) takes the faults it survives: a slow compile (a new small schema is
 still answered meanwhile; figures printed), a compile worker killed with SIGKILL mid-compile, a
-streaming client that leaves. Two more servers take the faults that end them: the engine process
-killed (503 at once, exit status 1) and SIGTERM under load (in-flight finish, new ones 503, exit 0).
+streaming client that leaves; then, as the module's last test, SIGTERM under load (in-flight
+finish, new ones 503, exit 0), which ends it. A second server takes the engine process killed
+(503 at once, exit status 1).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str) -> 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with _serve(tmp_path_factory, "faults") as live:
+    with _serve(tmp_path_factory, "faults", "--shutdown-grace", "150") as live:
         yield live
     assert not live.left_processes_behind
 
@@ -213,31 +214,31 @@ def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(tmp_path_fact
         assert response.json()["error"]["code"] == "engine_unavailable"
 
 
-def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with _serve(tmp_path_factory, "sigterm", "--shutdown-grace", "150") as live:
-        model = live.model_id()
-        # Long enough (400 tokens each) that the three surely overlap on a cold, busy machine.
-        in_flight = [
-            _in_background(lambda: _chat(live, {"ignore_eos": True}, max_tokens=400, timeout_s=180)) for _ in range(3)
-        ]
-        _wait_for(lambda: _metrics(live)["tokenmold_engine_requests_running"] == 3, timeout_s=120)
-        os.kill(live.pid, signal.SIGTERM)
-        time.sleep(0.3)  # a tick of the server's loop
-        refused = httpx.post(
-            f"{live.url}/v1/chat/completions",
-            json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
-            timeout=10,
-        )
-        health = httpx.get(f"{live.url}/health", timeout=10)
-        status = live.wait_exit(180)
-        for outcome in in_flight:
-            _wait_for(lambda outcome=outcome: bool(outcome))
-            response = outcome[0]
-            assert isinstance(response, httpx.Response), response
-            assert response.status_code == 200
-            assert response.json()["usage"]["completion_tokens"] == 400
-        assert refused.status_code == 503
-        assert refused.json()["error"]["code"] == "shutting_down"
-        assert health.status_code == 503
-        assert status == 0
-        assert re.search(r"draining", live.log.read_text())
+def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(server: LiveServer) -> None:
+    """The module's last test: the module's server is ended by it."""
+    model = server.model_id()
+    # Long enough (400 tokens each) that the three surely overlap on a cold, busy machine.
+    in_flight = [
+        _in_background(lambda: _chat(server, {"ignore_eos": True}, max_tokens=400, timeout_s=180)) for _ in range(3)
+    ]
+    _wait_for(lambda: _metrics(server)["tokenmold_engine_requests_running"] == 3, timeout_s=120)
+    os.kill(server.pid, signal.SIGTERM)
+    time.sleep(0.3)  # a tick of the server's loop
+    refused = httpx.post(
+        f"{server.url}/v1/chat/completions",
+        json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
+        timeout=10,
+    )
+    health = httpx.get(f"{server.url}/health", timeout=10)
+    status = server.wait_exit(180)
+    for outcome in in_flight:
+        _wait_for(lambda outcome=outcome: bool(outcome))
+        response = outcome[0]
+        assert isinstance(response, httpx.Response), response
+        assert response.status_code == 200
+        assert response.json()["usage"]["completion_tokens"] == 400
+    assert refused.status_code == 503
+    assert refused.json()["error"]["code"] == "shutting_down"
+    assert health.status_code == 503
+    assert status == 0
+    assert re.search(r"draining", server.log.read_text())
