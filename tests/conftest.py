@@ -1,13 +1,14 @@
 """Shared fixtures. The real engine (vLLM CPU, embedded SmolLM2-135M) starts once per test session
 in process (``runtime``) and once as the session's shared ``tokenmold serve`` (``server``).
 
-Each engine start costs about a minute of the suite's two cores, so the HTTP modules share one
-server, launched as soon as the tests are collected, and the modules that need no engine run
-first: the engine loads while they run.
+Each engine start costs about half a minute of the suite's two cores, so the HTTP modules share one
+server, and the modules that need no engine run first while the servers and CLI runs that the
+engine tests check are started in the background (``early.py``).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -15,9 +16,13 @@ from pathlib import Path
 
 import openai
 import pytest
+from early import Declare, EarlyWork
 from live_api import KEY, server_args
 
-from tokenmold.service.bench.live_server import LiveServer
+#: The tests' engines (in process, servers, CLI runs) keep 1 GiB of KV cache instead of the default
+#: 2: the longest prompt they send is ~3k tokens, and three servers stand at once while the early
+#: work runs, each holding its cache.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
 
@@ -69,54 +74,51 @@ def _starts_an_engine(module_items: list[pytest.Item]) -> bool:
     return any(item.get_closest_marker("engine") for item in module_items)
 
 
+_EARLY = pytest.StashKey[EarlyWork]()
+_FOLDER = pytest.StashKey[Path]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules without engine tests first (each module kept whole, so that its fixtures are set
-    up once), and the shared server launched now, to load while they run."""
+    up once), and the engine work the others check begun now, to run meanwhile (``early.py``)."""
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
     ordered = sorted(by_module.values(), key=_starts_an_engine)
     items[:] = [item for module_items in ordered for item in module_items]
-    if any(_uses_the_shared_server(item) for item in items):
-        folder = Path(tempfile.mkdtemp(prefix="tokenmold-tests-"))
-        shared = LiveServer(*server_args(folder / "batch"), log=folder / "serve.log")
-        config.stash[_SHARED] = _Shared(shared.launch(), folder)
-
-
-class _Shared:
-    """The launched shared server and its folder (log, batch files)."""
-
-    def __init__(self, live: LiveServer, folder: Path) -> None:
-        self.live = live
-        self.folder = folder
-
-
-_SHARED = pytest.StashKey[_Shared]()
-
-
-def _stop_the_shared_server(config: pytest.Config) -> LiveServer | None:
-    """Stop the shared server and remove its folder; the stopped server, or None if none was left."""
-    shared = config.stash.get(_SHARED, None)
-    if shared is None:
-        return None
-    del config.stash[_SHARED]
-    shared.live.__exit__(None, None, None)
-    shutil.rmtree(shared.folder, ignore_errors=True)
-    return shared.live
+    folder = config.stash[_FOLDER] = Path(tempfile.mkdtemp(prefix="tokenmold-tests-"))
+    work = config.stash[_EARLY] = EarlyWork(folder)
+    shared = False
+    for module_items in filter(_starts_an_engine, ordered):
+        if not shared and any(map(_uses_the_shared_server, module_items)):
+            work.server("shared", *server_args(work.folder("shared") / "batch"))
+            shared = True
+        declare: Declare | None = getattr(getattr(module_items[0], "module", None), "early", None)
+        if declare is not None:
+            declare(work)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Stop the shared server even where no test got to ask for it (a failed collection, -x)."""
-    _stop_the_shared_server(session.config)
+    """Stop what the early work started and no test took (a failed collection, -x, -k)."""
+    work = session.config.stash.get(_EARLY, None)
+    if work is not None:
+        work.close()
+        shutil.rmtree(session.config.stash[_FOLDER], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def server(pytestconfig: pytest.Config) -> Iterator[str]:
+def early_work(pytestconfig: pytest.Config) -> EarlyWork:
+    """The servers and CLI runs begun at collection (``early.py``)."""
+    return pytestconfig.stash[_EARLY]
+
+
+@pytest.fixture(scope="session")
+def server(early_work: EarlyWork) -> Iterator[str]:
     """The shared ``tokenmold serve``'s URL (flags: ``live_api.server_args``); every process of
     its group is gone afterwards."""
-    yield pytestconfig.stash[_SHARED].live.ready().url
-    stopped = _stop_the_shared_server(pytestconfig)
-    assert stopped is not None and not stopped.left_processes_behind, "the server left processes behind"
+    with early_work.take_server("shared") as live:
+        yield live.url
+    assert not live.left_processes_behind, "the server left processes behind"
 
 
 @pytest.fixture(scope="session")

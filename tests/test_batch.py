@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from early import EarlyWork
 from fastapi import FastAPI, Request
 
 from tokenmold.service.batch.jobs import ExtractSpec, read_documents, read_requests
@@ -257,11 +258,12 @@ async def test_a_batch_left_running_resumes_without_redoing_lines(tmp_path: Path
     assert all(line["response"]["body"]["echo"]["model"] == "m" for line in lines[2:])  # the served model filled in
 
 
-@pytest.mark.engine
-def test_extract_writes_one_flat_line_per_document(tmp_path: Path) -> None:
-    schema = tmp_path / "person.schema.json"
+def early(work: EarlyWork) -> None:
+    """The extraction the last test checks, run while the tests without an engine run (``early.py``)."""
+    folder = work.folder("extract")
+    schema = folder / "person.schema.json"
     schema.write_text(json.dumps(SCHEMA))
-    docs = tmp_path / "docs.jsonl"
+    docs = folder / "docs.jsonl"
     docs.write_text(
         "\n".join(
             json.dumps(doc)
@@ -269,15 +271,17 @@ def test_extract_writes_one_flat_line_per_document(tmp_path: Path) -> None:
         )
         + "\n"
     )
-    out = tmp_path / "people.jsonl"
-    args = ["--schema", str(schema), "--template", "Who is named here? {text}", "-i", str(docs), "-o", str(out)]
-    proc = subprocess.run(
-        _cli("extract", *args, "--max-tokens", "30", "--max-model-len", "1024"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    args = ["--schema", str(schema), "--template", "Who is named here? {text}", "-i", str(docs)]
+    work.run(
+        "extract", "extract", *args, "-o", str(folder / "people.jsonl"), "--max-tokens", "30", "--max-model-len", "1024"
     )
+
+
+@pytest.mark.engine
+def test_extract_writes_one_flat_line_per_document(early_work: EarlyWork) -> None:
+    proc = early_work.result("extract")
+    docs = Path(proc.args[proc.args.index("-i") + 1])
+    out = Path(proc.args[proc.args.index("-o") + 1])
     assert proc.returncode == 2, proc.stderr[-3000:]  # line 3 has no id
     assert f"{docs}: line 3: no 'id'" in proc.stderr
     by_id = {line["id"]: line for line in map(json.loads, out.read_text().splitlines())}

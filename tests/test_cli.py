@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from early import EarlyWork
 
 from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
 
@@ -29,13 +30,26 @@ def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     )
 
 
+#: A story the embedded model does not finish in 9 tokens.
+STORY = {"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]}
+ASK_FOR_A_STORY = ("--prompt", "Tell a long story as JSON.", "--max-tokens", "9")
+
+
+def early(work: EarlyWork) -> None:
+    """The runs the engine tests below check, made while the tests without an engine run
+    (``early.py``): each a real ``tokenmold`` process, as a user runs it."""
+    schema = work.folder("cli") / "story.json"
+    schema.write_text(json.dumps(STORY))
+    work.run("generate-truncated", "generate", "--schema", str(schema), *ASK_FOR_A_STORY)
+    work.run("generate-fitted", "generate", "--schema", str(schema), *ASK_FOR_A_STORY, "--fit-budget", "--verbose")
+    e2e = work.folder("cli") / "e2e.json"
+    bench = ("--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--repeats", "2", "--json", str(e2e))
+    work.run("bench-e2e", "bench", "e2e", *bench)
+
+
 @pytest.mark.engine
-def test_generate_truncated_exits_3(tmp_path: Path) -> None:
-    schema = tmp_path / "s.json"
-    schema.write_text(
-        json.dumps({"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]})
-    )
-    proc = _run("generate", "--schema", str(schema), "--prompt", "Tell a long story as JSON.", "--max-tokens", "9")
+def test_generate_truncated_exits_3(early_work: EarlyWork) -> None:
+    proc = early_work.result("generate-truncated")
     assert proc.returncode == 3, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "truncated" and verdict["finish_reason"] == "length"
@@ -46,13 +60,8 @@ def test_generate_truncated_exits_3(tmp_path: Path) -> None:
 
 
 @pytest.mark.engine
-def test_generate_with_fit_budget_exits_5_with_what_was_cut(tmp_path: Path) -> None:
-    schema = tmp_path / "s.json"
-    schema.write_text(
-        json.dumps({"type": "object", "properties": {"story": {"type": "string"}}, "required": ["story"]})
-    )
-    ask = ("--prompt", "Tell a long story as JSON.", "--max-tokens", "9", "--fit-budget")
-    proc = _run("generate", "--schema", str(schema), *ask, "--verbose")
+def test_generate_with_fit_budget_exits_5_with_what_was_cut(early_work: EarlyWork) -> None:
+    proc = early_work.result("generate-fitted")
     assert proc.returncode == 5, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)  # the engine's logs, asked for, stay off stdout
     assert verdict["status"] == "fitted" and verdict["finish_reason"] == "stop"
@@ -110,26 +119,12 @@ def test_bench_e2e_refuses_an_http_run_without_the_mode_it_is_compared_with() ->
 
 
 @pytest.mark.engine
-def test_bench_e2e_reports_every_figure_from_equal_lengths(tmp_path: Path) -> None:
+def test_bench_e2e_reports_every_figure_from_equal_lengths(early_work: EarlyWork) -> None:
     """A small run of the end-to-end bench as a user runs it (in-process and over HTTP, interleaved):
     the figures are not asserted on, only that every one is measured; equal token counts on every
     side are enforced by the bench itself (it fails otherwise)."""
-    out = tmp_path / "e2e.json"
-    proc = _run(
-        "bench",
-        "e2e",
-        "--batch",
-        "1,2",
-        "--max-tokens",
-        "6",
-        "--ttft-repeats",
-        "1",
-        "--repeats",
-        "2",
-        "--json",
-        str(out),
-        timeout=900,
-    )
+    proc = early_work.result("bench-e2e")
+    out = Path(proc.args[proc.args.index("--json") + 1])
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     for batch in ("1", "2"):

@@ -22,6 +22,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from early import EarlyWork
 from live_api import slow_regex
 
 from tokenmold.service.bench.live_server import LiveServer
@@ -29,14 +30,18 @@ from tokenmold.service.bench.live_server import LiveServer
 pytestmark = pytest.mark.engine
 
 
-def _serve(tmp_path_factory: pytest.TempPathFactory, name: str, *extra: str) -> LiveServer:
-    log = tmp_path_factory.mktemp(name) / "serve.log"
-    return LiveServer("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "warning", *extra, log=log)
+#: The faults' servers: a short context, and room for a compile of several seconds.
+FLAGS = ("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "warning")
+
+
+def early(work: EarlyWork) -> None:
+    """The module's server, started while the tests without an engine run (``early.py``)."""
+    work.server("faults", *FLAGS, "--shutdown-grace", "150")
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    with _serve(tmp_path_factory, "faults", "--shutdown-grace", "150") as live:
+def server(early_work: EarlyWork) -> Iterator[LiveServer]:
+    with early_work.take_server("faults") as live:
         yield live
     assert not live.left_processes_behind
 
@@ -193,7 +198,8 @@ def _engine_core(server: LiveServer) -> psutil.Process:
 
 
 def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(tmp_path_factory: pytest.TempPathFactory) -> None:
-    with _serve(tmp_path_factory, "engine-death") as live:
+    log = tmp_path_factory.mktemp("engine-death") / "serve.log"
+    with LiveServer(*FLAGS, log=log) as live:
         in_flight = _in_background(lambda: _chat(live, {"ignore_eos": True}, max_tokens=900, timeout_s=60))
         _wait_for(lambda: _metrics(live)["tokenmold_engine_requests_running"] == 1)
         _engine_core(live).kill()

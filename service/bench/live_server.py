@@ -47,7 +47,10 @@ class LiveServer:
         self.left_processes_behind = False
 
     def __enter__(self) -> LiveServer:
-        return self.launch().ready()
+        """Launch the server unless it was launched already, and wait until it is healthy."""
+        if self._proc is None:
+            self.launch()
+        return self.ready()
 
     def launch(self) -> LiveServer:
         """Start the server process without waiting for it: a test session launches its shared server

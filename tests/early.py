@@ -1,0 +1,93 @@
+"""Engine work the tests check, begun as soon as the tests are collected.
+
+An engine start takes about half a minute of the suite's two cores, mostly in one process. The
+modules without engine tests run first (``conftest.py`` orders them) and keep about one core busy,
+so the servers the engine tests talk to are started, and the CLI runs they check are made, in the
+meantime: in a background thread, one at a time (each holds an engine's memory while it starts), in
+the order the tests will ask for them. A test that asks for one before it is done waits for it; the
+assertions are the test's own, on the same server or the same finished process as before.
+
+A module declares its work in a module-level function ``early(work: EarlyWork) -> None``, called at
+collection when the module has an engine test to run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from tokenmold.service.bench.live_server import ROOT, LiveServer
+
+
+class EarlyWork:
+    """The queue of early work and what it made, by name."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-work")
+        self._servers: dict[str, Future[LiveServer]] = {}
+        self._runs: dict[str, Future[subprocess.CompletedProcess[str]]] = {}
+        self._running: subprocess.Popen[str] | None = None
+        self._closed = threading.Event()
+
+    def folder(self, name: str) -> Path:
+        """A folder of its own for the work called ``name`` (its inputs, outputs and log)."""
+        path = self._folder / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def server(self, name: str, *flags: str) -> None:
+        """Start ``tokenmold serve FLAGS`` and wait until it is healthy, before the next work begins."""
+        live = LiveServer(*flags, log=self.folder(name) / "serve.log")
+        self._servers[name] = self._pool.submit(lambda: live.launch().ready())
+
+    def run(self, name: str, *args: str, timeout_s: float = 900) -> None:
+        """Run ``tokenmold ARGS`` to its end, its output kept for the test that checks it."""
+        self._runs[name] = self._pool.submit(self._run, list(args), timeout_s)
+
+    def take_server(self, name: str) -> LiveServer:
+        """The healthy server started as ``name``; the caller stops it (``with``)."""
+        return self._servers.pop(name).result()
+
+    def result(self, name: str) -> subprocess.CompletedProcess[str]:
+        """The finished run called ``name``."""
+        return self._runs[name].result()
+
+    def close(self) -> None:
+        """Drop the work not begun, end the run under way, and stop every server no test took."""
+        self._closed.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        running = self._running
+        if running is not None and running.poll() is None:
+            os.killpg(running.pid, signal.SIGKILL)
+        self._pool.shutdown(wait=True)
+        for started in self._servers.values():
+            if started.done() and started.exception() is None:
+                started.result().__exit__(None, None, None)
+
+    def _run(self, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+        if self._closed.is_set():
+            raise RuntimeError("the early work was closed before this run began")
+        command = [sys.executable, "-m", "tokenmold.service.cli", *args]
+        proc = subprocess.Popen(
+            command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        )
+        self._running = proc
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        finally:
+            self._running = None
+        return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+#: What a module's ``early`` function is.
+Declare = Callable[[EarlyWork], None]
