@@ -19,9 +19,11 @@ import pytest
 from early import Declare, EarlyWork
 from live_api import KEY, server_args
 
+from tokenmold.service.bench.live_server import LiveServer
+
 #: The tests' engines (in process, servers, CLI runs) keep 1 GiB of KV cache instead of the default
-#: 2: the longest prompt they send is ~3k tokens, and three servers stand at once while the early
-#: work runs, each holding its cache.
+#: 2: the longest prompt they send is ~3k tokens, and up to three engines stand at once while the
+#: early work runs, each holding its cache.
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
@@ -66,33 +68,55 @@ async def engine_runtime(runtime):
 
 def _uses_the_shared_server(item: pytest.Item) -> bool:
     """A test of a module without a ``server`` fixture of its own that asks for ``server``."""
+    return "server" in getattr(item, "fixturenames", ()) and not hasattr(getattr(item, "module", None), "server")
+
+
+def _has_a_server_of_its_own(item: pytest.Item) -> bool:
     module = getattr(item, "module", None)
-    return "server" in getattr(item, "fixturenames", ()) and not hasattr(module, "server")
+    return any(name.endswith("server") and hasattr(module, name) for name in getattr(item, "fixturenames", ()))
 
 
-def _starts_an_engine(module_items: list[pytest.Item]) -> bool:
-    return any(item.get_closest_marker("engine") for item in module_items)
+def _engine_group(module_items: list[pytest.Item]) -> int:
+    """When a module runs. Engine starts dominate the suite's time, and each engine holds gigabytes
+    while it stands, so at most three stand at once: the shared server's modules come first and the
+    server stops after the last of them; then the modules with servers of their own; then the
+    other engine tests; last those on the in-process engine, which stands until the session ends."""
+    if not any(item.get_closest_marker("engine") for item in module_items):
+        return 0
+    if any("runtime" in getattr(item, "fixturenames", ()) for item in module_items):
+        return 4
+    if any(map(_uses_the_shared_server, module_items)):
+        return 1
+    if any(map(_has_a_server_of_its_own, module_items)):
+        return 2
+    return 3
 
 
 _EARLY = pytest.StashKey[EarlyWork]()
 _FOLDER = pytest.StashKey[Path]()
+#: The module that uses the shared server last: the server stops when it ends.
+_LAST_SHARED = pytest.StashKey[str]()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Modules without engine tests first (each module kept whole, so that its fixtures are set
-    up once), and the engine work the others check begun now, to run meanwhile (``early.py``)."""
+    """Modules in the order of ``_engine_group`` (each kept whole, so that its fixtures are set up
+    once), and the engine work they check begun now, in that order (``early.py``)."""
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(by_module.values(), key=_starts_an_engine)
-    items[:] = [item for module_items in ordered for item in module_items]
+    ordered = sorted(by_module.items(), key=lambda module: _engine_group(module[1]))
+    items[:] = [item for _, module_items in ordered for item in module_items]
+    if config.option.collectonly:
+        return
     folder = config.stash[_FOLDER] = Path(tempfile.mkdtemp(prefix="tokenmold-tests-"))
     work = config.stash[_EARLY] = EarlyWork(folder)
-    shared = False
-    for module_items in filter(_starts_an_engine, ordered):
-        if not shared and any(map(_uses_the_shared_server, module_items)):
-            work.server("shared", *server_args(work.folder("shared") / "batch"))
-            shared = True
+    for module, module_items in ordered:
+        if _engine_group(module_items) == 0:
+            continue
+        if any(map(_uses_the_shared_server, module_items)):
+            if _LAST_SHARED not in config.stash:
+                work.server("shared", *server_args(work.folder("shared") / "batch"))
+            config.stash[_LAST_SHARED] = module
         declare: Declare | None = getattr(getattr(module_items[0], "module", None), "early", None)
         if declare is not None:
             declare(work)
@@ -113,15 +137,23 @@ def early_work(pytestconfig: pytest.Config) -> EarlyWork:
 
 
 @pytest.fixture(scope="session")
-def server(early_work: EarlyWork) -> Iterator[str]:
-    """The shared ``tokenmold serve``'s URL (flags: ``live_api.server_args``); every process of
-    its group is gone afterwards."""
+def shared_server(early_work: EarlyWork) -> Iterator[LiveServer]:
+    """The shared ``tokenmold serve`` (flags: ``live_api.server_args``)."""
     with early_work.take_server("shared") as live:
-        yield live.url
-    assert not live.left_processes_behind, "the server left processes behind"
+        yield live
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, shared_server: LiveServer) -> Iterator[str]:
+    """The shared server's URL; after the last module that uses it, the server stops and every
+    process of its group is gone."""
+    yield shared_server.url
+    if request.node.nodeid == request.config.stash[_LAST_SHARED]:
+        shared_server.__exit__(None, None, None)
+        assert not shared_server.left_processes_behind, "the server left processes behind"
+
+
+@pytest.fixture(scope="module")
 def client(server: str) -> openai.OpenAI:
     """The openai SDK on the shared server; no retries, so that every answer is the first."""
     return openai.OpenAI(base_url=f"{server}/v1", api_key=KEY, max_retries=0, timeout=120)

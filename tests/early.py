@@ -8,7 +8,7 @@ the order the tests will ask for them. A test that asks for one before it is don
 assertions are the test's own, on the same server or the same finished process as before.
 
 A module declares its work in a module-level function ``early(work: EarlyWork) -> None``, called at
-collection when the module has an engine test to run.
+collection when the module has an engine test to run, in the order the modules will run.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from tokenmold.service.bench.live_server import ROOT, LiveServer
 
@@ -32,7 +33,7 @@ class EarlyWork:
         self._folder = folder
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-work")
         self._servers: dict[str, Future[LiveServer]] = {}
-        self._runs: dict[str, Future[subprocess.CompletedProcess[str]]] = {}
+        self._results: dict[str, Future[Any]] = {}
         self._running: subprocess.Popen[str] | None = None
         self._closed = threading.Event()
 
@@ -49,15 +50,20 @@ class EarlyWork:
 
     def run(self, name: str, *args: str, timeout_s: float = 900) -> None:
         """Run ``tokenmold ARGS`` to its end, its output kept for the test that checks it."""
-        self._runs[name] = self._pool.submit(self._run, list(args), timeout_s)
+        self.call(name, lambda: self._run(list(args), timeout_s))
+
+    def call(self, name: str, work: Callable[[], Any]) -> None:
+        """Call ``work`` (processes a test drives itself: started, killed, restarted), its result or
+        its exception kept for the test that checks it."""
+        self._results[name] = self._pool.submit(work)
 
     def take_server(self, name: str) -> LiveServer:
         """The healthy server started as ``name``; the caller stops it (``with``)."""
         return self._servers.pop(name).result()
 
-    def result(self, name: str) -> subprocess.CompletedProcess[str]:
-        """The finished run called ``name``."""
-        return self._runs[name].result()
+    def result(self, name: str) -> Any:
+        """What the work called ``name`` returned (a ``subprocess.CompletedProcess`` for a run)."""
+        return self._results[name].result()
 
     def close(self) -> None:
         """Drop the work not begun, end the run under way, and stop every server no test took."""
@@ -68,7 +74,7 @@ class EarlyWork:
             os.killpg(running.pid, signal.SIGKILL)
         self._pool.shutdown(wait=True)
         for started in self._servers.values():
-            if started.done() and started.exception() is None:
+            if started.done() and not started.cancelled() and started.exception() is None:
                 started.result().__exit__(None, None, None)
 
     def _run(self, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:

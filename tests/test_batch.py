@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -134,8 +135,18 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-m", "tokenmold.service.cli", *args]
 
 
-@pytest.mark.engine
-def test_batch_survives_a_kill_and_resumes_without_duplicates(tmp_path: Path) -> None:
+@dataclass(frozen=True)
+class KilledBatch:
+    """A ``tokenmold batch`` killed with SIGKILL after six result lines, a torn line appended as a
+    torn write would leave it, and the same command run again to its end."""
+
+    requests: Path
+    before: bytes  # the result file as the kill left it
+    done_before: list[str]  # the custom ids of its lines
+    second: subprocess.CompletedProcess[str]
+
+
+def _kill_and_resume(folder: Path) -> KilledBatch:
     good = [_line(f"g{i}") for i in range(12)]
     truncating = [_line(f"t{i}", max_tokens=4) for i in range(3)]  # the floor ({"name":""}): names are cut
     completion = {"prompt": "Q: Is the sky blue?\nA:", "max_tokens": 3, "temperature": 0, "choice": [" yes", " no"]}
@@ -147,9 +158,9 @@ def test_batch_survives_a_kill_and_resumes_without_duplicates(tmp_path: Path) ->
         _line("m0", model="gpt-4o"),  # a model not served: 404 line
     ]
     lines = good[:6] + bad[:2] + truncating + good[6:] + bad[2:] + completions
-    requests = tmp_path / "requests.jsonl"
+    requests = folder / "requests.jsonl"
     requests.write_text("\n".join(lines) + "\n")
-    out = tmp_path / "results.jsonl"
+    out = folder / "results.jsonl"
 
     first = subprocess.Popen(
         _cli("batch", "-i", str(requests), "-o", str(out), "--concurrency", "2", "--max-model-len", "1024"),
@@ -167,7 +178,6 @@ def test_batch_survives_a_kill_and_resumes_without_duplicates(tmp_path: Path) ->
     first.wait()
     before = out.read_bytes()
     done_before = [json.loads(line)["custom_id"] for line in before.decode().splitlines()]
-    assert 6 <= len(done_before) < 19, "killed in the middle"
     out.write_bytes(before + b'{"id":"batch_req_torn","custom_id":"g11","respo')  # as a torn write would
 
     second = subprocess.run(
@@ -177,6 +187,37 @@ def test_batch_survives_a_kill_and_resumes_without_duplicates(tmp_path: Path) ->
         text=True,
         timeout=900,
     )
+    return KilledBatch(requests, before, done_before, second)
+
+
+def early(work: EarlyWork) -> None:
+    """The engine runs the engine tests below check, made while the tests without an engine run
+    (``early.py``)."""
+    folder = work.folder("batch")
+    work.call("batch-killed-and-resumed", lambda: _kill_and_resume(folder))
+    folder = work.folder("extract")
+    schema = folder / "person.schema.json"
+    schema.write_text(json.dumps(SCHEMA))
+    docs = folder / "docs.jsonl"
+    docs.write_text(
+        "\n".join(
+            json.dumps(doc)
+            for doc in ({"id": 1, "text": "Ada Lovelace wrote the first program."}, {"id": "two"}, {"text": "no id"})
+        )
+        + "\n"
+    )
+    args = ["--schema", str(schema), "--template", "Who is named here? {text}", "-i", str(docs)]
+    work.run(
+        "extract", "extract", *args, "-o", str(folder / "people.jsonl"), "--max-tokens", "30", "--max-model-len", "1024"
+    )
+
+
+@pytest.mark.engine
+def test_batch_survives_a_kill_and_resumes_without_duplicates(early_work: EarlyWork) -> None:
+    killed: KilledBatch = early_work.result("batch-killed-and-resumed")
+    requests, before, done_before, second = killed.requests, killed.before, killed.done_before, killed.second
+    out = requests.parent / "results.jsonl"
+    assert 6 <= len(done_before) < 19, "killed in the middle"
     assert second.returncode == 2, second.stderr[-3000:]  # a line could not be read at all
     assert out.read_bytes().startswith(before)  # nothing finished was rewritten
     assert "removed a partial last line" in second.stderr
@@ -256,25 +297,6 @@ async def test_a_batch_left_running_resumes_without_redoing_lines(tmp_path: Path
     assert sorted(line["custom_id"] for line in lines) == [f"r{i}" for i in range(5)]
     assert [line.get("kept") for line in lines[:2]] == [True, True]  # the two earlier lines, not redone
     assert all(line["response"]["body"]["echo"]["model"] == "m" for line in lines[2:])  # the served model filled in
-
-
-def early(work: EarlyWork) -> None:
-    """The extraction the last test checks, run while the tests without an engine run (``early.py``)."""
-    folder = work.folder("extract")
-    schema = folder / "person.schema.json"
-    schema.write_text(json.dumps(SCHEMA))
-    docs = folder / "docs.jsonl"
-    docs.write_text(
-        "\n".join(
-            json.dumps(doc)
-            for doc in ({"id": 1, "text": "Ada Lovelace wrote the first program."}, {"id": "two"}, {"text": "no id"})
-        )
-        + "\n"
-    )
-    args = ["--schema", str(schema), "--template", "Who is named here? {text}", "-i", str(docs)]
-    work.run(
-        "extract", "extract", *args, "-o", str(folder / "people.jsonl"), "--max-tokens", "30", "--max-model-len", "1024"
-    )
 
 
 @pytest.mark.engine

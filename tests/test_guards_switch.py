@@ -5,10 +5,9 @@ the two compiles apart."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from test_cli import _run
+from early import EarlyWork
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
 from tokenmold.grammar.guards.held_keywords import strip_bounds
@@ -29,6 +28,7 @@ GUARDED = {
 }
 #: The keywords the guards take out of the grammar when they are on.
 HELD = ("maxLength", "maxItems", "pattern", "format")
+ASK = ("--prompt", "A product code.", "--max-tokens", "64")
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +78,8 @@ def test_no_guards_flag(command: str) -> None:
     assert _parser().parse_args([command, *required, "--no-guards"]).guards is False
 
 
-@pytest.mark.engine
-def test_generate_without_guards_stays_inside_the_schema(tmp_path: Path) -> None:
-    """Through the engine core: llguidance alone holds the bounds the guards would have held."""
+def early(work: EarlyWork) -> None:
+    """The run the engine test below checks, made while the tests without an engine run (``early.py``)."""
     schema = {
         "type": "object",
         "properties": {
@@ -89,9 +88,15 @@ def test_generate_without_guards_stays_inside_the_schema(tmp_path: Path) -> None
         },
         "required": ["code", "tags"],
     }
-    path = tmp_path / "s.json"
+    path = work.folder("guards") / "s.json"
     path.write_text(json.dumps(schema))
-    proc = _run("generate", "--no-guards", "--schema", str(path), "--prompt", "A product code.", "--max-tokens", "64")
+    work.run("generate-without-guards", "generate", "--no-guards", "--schema", str(path), *ASK)
+
+
+@pytest.mark.engine
+def test_generate_without_guards_stays_inside_the_schema(early_work: EarlyWork) -> None:
+    """Through the engine core: llguidance alone holds the bounds the guards would have held."""
+    proc = early_work.result("generate-without-guards")
     assert proc.returncode == 0, proc.stderr[-2000:]
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "accepted"
