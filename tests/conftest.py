@@ -21,10 +21,10 @@ from live_api import KEY, server_args
 
 from tokenmold.service.bench.live_server import LiveServer
 
-#: The tests' engines (in process, servers, CLI runs) keep 1 GiB of KV cache instead of the default
-#: 2: the longest prompt they send is ~3k tokens, and up to three engines stand at once while the
-#: early work runs, each holding its cache.
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+#: The tests' engines (in process, servers, CLI runs) keep 0.5 GiB of KV cache instead of the
+#: default 2 (room for ~11k tokens in float32; the longest prompt they send is ~3k, the longest
+#: context 8,192): up to four engines stand at once while the early work runs, each holding its cache.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "0.5")
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
 
@@ -78,9 +78,9 @@ def _has_a_server_of_its_own(item: pytest.Item) -> bool:
 
 def _engine_group(module_items: list[pytest.Item]) -> int:
     """When a module runs. Engine starts dominate the suite's time, and each engine holds gigabytes
-    while it stands, so at most three stand at once: the shared server's modules come first and the
-    server stops after the last of them; then the modules with servers of their own; then the
-    other engine tests; last those on the in-process engine, which stands until the session ends."""
+    while it stands, so few stand at once: the shared server's modules come first and the server
+    stops after the last of them; then the modules with servers of their own; then the other
+    engine tests; last those on the in-process engine, which stands until the session ends."""
     if not any(item.get_closest_marker("engine") for item in module_items):
         return 0
     if any("runtime" in getattr(item, "fixturenames", ()) for item in module_items):
@@ -120,6 +120,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         declare: Declare | None = getattr(getattr(module_items[0], "module", None), "early", None)
         if declare is not None:
             declare(work)
+    work.begin_the_last()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

@@ -34,6 +34,8 @@ class EarlyWork:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-work")
         self._servers: dict[str, Future[LiveServer]] = {}
         self._results: dict[str, Future[Any]] = {}
+        #: Work held back until ``begin``: servers that would stand idle through the other work.
+        self._last: list[Callable[[], None]] = []
         self._running: subprocess.Popen[str] | None = None
         self._closed = threading.Event()
 
@@ -43,10 +45,25 @@ class EarlyWork:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def server(self, name: str, *flags: str) -> None:
-        """Start ``tokenmold serve FLAGS`` and wait until it is healthy, before the next work begins."""
+    def server(self, name: str, *flags: str, last: bool = False) -> None:
+        """Start ``tokenmold serve FLAGS`` and wait until it is healthy, before the next work begins;
+        ``last``: after all the work not so marked (a server that stands idle until its module runs
+        holds an engine's memory all that while)."""
         live = LiveServer(*flags, log=self.folder(name) / "serve.log")
-        self._servers[name] = self._pool.submit(lambda: live.launch().ready())
+
+        def submit() -> None:
+            self._servers[name] = self._pool.submit(lambda: live.launch().ready())
+
+        if last:
+            self._last.append(submit)
+        else:
+            submit()
+
+    def begin_the_last(self) -> None:
+        """Queue the work marked ``last``, once every module has declared its work."""
+        for submit in self._last:
+            submit()
+        self._last.clear()
 
     def run(self, name: str, *args: str, timeout_s: float = 900) -> None:
         """Run ``tokenmold ARGS`` to its end, its output kept for the test that checks it."""

@@ -35,8 +35,10 @@ FLAGS = ("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "w
 
 
 def early(work: EarlyWork) -> None:
-    """The module's server, started while the tests without an engine run (``early.py``)."""
+    """The module's servers, started while the tests without an engine run (``early.py``); the
+    engine-death test's last, once the other early work has freed its memory."""
     work.server("faults", *FLAGS, "--shutdown-grace", "150")
+    work.server("engine-death", *FLAGS, last=True)
 
 
 @pytest.fixture(scope="module")
@@ -197,9 +199,8 @@ def _engine_core(server: LiveServer) -> psutil.Process:
     raise AssertionError(f"no EngineCore among {[(p.pid, p.name()) for p in server.processes()]}")
 
 
-def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(tmp_path_factory: pytest.TempPathFactory) -> None:
-    log = tmp_path_factory.mktemp("engine-death") / "serve.log"
-    with LiveServer(*FLAGS, log=log) as live:
+def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(early_work: EarlyWork) -> None:
+    with early_work.take_server("engine-death") as live:
         in_flight = _in_background(lambda: _chat(live, {"ignore_eos": True}, max_tokens=900, timeout_s=60))
         _wait_for(lambda: _metrics(live)["tokenmold_engine_requests_running"] == 1)
         _engine_core(live).kill()

@@ -17,12 +17,12 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from early import EarlyWork
 from live_api import MODEL
 
 from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.service.bench.drafts import TOOLS
-from tokenmold.service.bench.live_server import LiveServer
 from tokenmold.service.forced_drafts import ForcedTokenProposer
 from tokenmold.service.llguidance_prototypes import MatcherPrototypes
 
@@ -111,10 +111,15 @@ def test_drafts_per_row_and_none_for_a_chunked_prefill_or_a_grammar_free_request
     assert set(proposer._followers) == {"plain"}  # the others left the batch: forgotten
 
 
+def early(work: EarlyWork) -> None:
+    """The drafting server, started while the tests without an engine run (``early.py``), once the
+    other early work has freed its memory."""
+    work.server("drafting", "--max-model-len", "1024", "--forced-drafts", "4", "--log-level", "warning", last=True)
+
+
 @pytest.fixture(scope="module")
-def drafting_server(tmp_path_factory) -> Iterator[str]:
-    log = tmp_path_factory.mktemp("drafts") / "serve.log"
-    with LiveServer("--max-model-len", "1024", "--forced-drafts", "4", "--log-level", "warning", log=log) as live:
+def drafting_server(early_work: EarlyWork) -> Iterator[str]:
+    with early_work.take_server("drafting") as live:
         yield live.url
     assert not live.left_processes_behind
 
