@@ -127,13 +127,19 @@ def check_json(
         )
     except (json.JSONDecodeError, ValueError) as exc:
         return None, [VerdictError(path="", keyword="json", message=f"not valid JSON: {exc}")]
-    errors = [
-        VerdictError(path=pointer_to(error.absolute_path), keyword=str(error.validator), message=error.message)
-        for error in _first_errors(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value))
-    ]
+    errors = schema_errors(value, schema)
     if not errors and pydantic_model is not None:
         errors = _check_pydantic(text, pydantic_model)
     return value, errors
+
+
+def schema_errors(value: Any, schema: dict[str, Any] | bool, *, under: str = "") -> list[VerdictError]:
+    """``value`` checked against ``schema`` as a document of its own (its ``$ref``s resolve against
+    its root); error paths are prefixed with ``under``, the pointer of ``value`` in its output."""
+    return [
+        VerdictError(path=under + pointer_to(error.absolute_path), keyword=str(error.validator), message=error.message)
+        for error in _first_errors(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value))
+    ]
 
 
 def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[VerdictError]]:
@@ -161,7 +167,9 @@ def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[Verdi
                     )
                 ]
             else:
-                value, call_errors = check_json(body, fmt.call_schema(tool.name, tool.parameters))
+                call_errors = schema_errors(value, fmt.call_schema(tool.name)) or schema_errors(
+                    value[fmt.arguments_key], tool.parameters, under=pointer_to([fmt.arguments_key])
+                )
         errors.extend(error.model_copy(update={"path": f"/{i}{error.path}"}) for error in call_errors)
         if isinstance(value, dict) and fmt.arguments_key in value:
             value = {"name": value.get("name"), "arguments": value[fmt.arguments_key]}

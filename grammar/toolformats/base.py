@@ -91,11 +91,14 @@ class ToolFormat:
         ``unclosed``)."""
         raise NotImplementedError
 
-    def call_schema(self, name: str, parameters: dict[str, Any] | bool) -> dict[str, Any]:
-        """The JSON Schema of one call's JSON object, in this format's keys."""
+    def call_schema(self, name: str) -> dict[str, Any]:
+        """The JSON Schema of one call's JSON object, in this format's keys, arguments unchecked:
+        they are validated against the function's parameters as a document of their own, because
+        a ``$ref`` in them (``#/$defs/...``, as pydantic writes every nested model and enum) points
+        at the parameters' root, which would not be the root here."""
         return {
             "type": "object",
-            "properties": {"name": {"const": name}, self.arguments_key: parameters},
+            "properties": {"name": {"const": name}, self.arguments_key: True},
             "required": ["name", self.arguments_key],
             "additionalProperties": False,
         }
