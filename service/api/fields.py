@@ -10,6 +10,8 @@ answering without doing what was asked would be a silent lie. docs/api.md has th
 
 from __future__ import annotations
 
+from typing import Any
+
 from tokenmold.schemas.openai import (
     AllowedToolsChoice,
     ChatCompletionRequest,
@@ -18,6 +20,9 @@ from tokenmold.schemas.openai import (
     GenerationRequest,
     MediaPart,
     NamedCustomToolChoice,
+    NamedToolChoice,
+    StructuredOutputs,
+    TextFormat,
     ToolChoice,
     ToolDefinition,
 )
@@ -43,6 +48,24 @@ RESERVED_TEMPLATE_KWARGS = frozenset(
         "tokenizer_kwargs",
     }
 )
+
+
+def shape_fields(body: GenerationRequest) -> dict[str, Any]:
+    """The output-shape fields the request sets, by the name it spelled them with (at most one may
+    be set; a ``text`` response format sets none)."""
+    so = body.structured_outputs or StructuredOutputs()
+    candidates: dict[str, Any] = {
+        "response_format": None if isinstance(body.response_format, TextFormat) else body.response_format,
+        "grammar": body.grammar,
+        "regex": body.regex,
+        "choice": body.choice,
+        "structured_outputs.json": so.json_,
+        "structured_outputs.json_object": {"type": "object"} if so.json_object else None,
+        "structured_outputs.grammar": so.grammar,
+        "structured_outputs.regex": so.regex,
+        "structured_outputs.choice": so.choice,
+    }
+    return {name: value for name, value in candidates.items() if value is not None}
 
 
 def check_generation_fields(body: GenerationRequest) -> None:
@@ -86,6 +109,11 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
                     f"messages[{i}].content[{j}]: {part.type} parts are not supported; this model reads text only",
                     param=f"messages[{i}].content[{j}].type",
                 )
+    if body.tools == []:
+        raise RequestError(
+            "tools must not be an empty array; give at least one tool or leave the field out", param="tools"
+        )
+    _check_named_choice(body)
     for i, tool in enumerate(body.tools or []):
         if isinstance(tool, CustomToolDefinition):
             raise RequestError(
@@ -98,6 +126,22 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
         raise RequestError(
             f"chat_template_kwargs may not set {', '.join(reserved)} (the server sets them)",
             param="chat_template_kwargs",
+        )
+
+
+def _check_named_choice(body: ChatCompletionRequest) -> None:
+    """A named ``tool_choice`` makes the call's arguments the whole output, so a structured-output
+    constraint beside it could not be met: refused, as vLLM refuses ``structured_outputs`` with one.
+    A ``response_format`` is left to apply to a later turn's answer (vLLM drops it too, and agent
+    frameworks send one with every request)."""
+    if not isinstance(body.tool_choice, NamedToolChoice):
+        return
+    constraints = [name for name in shape_fields(body) if name != "response_format"]
+    if constraints:
+        raise RequestError(
+            f"{constraints[0]} cannot be combined with a named tool_choice: the call's arguments are the "
+            "whole output, shaped by the function's parameters; send one or the other",
+            param=constraints[0],
         )
 
 

@@ -37,7 +37,6 @@ from tokenmold.schemas.openai import (
     JsonSchemaFormat,
     StructuredOutputs,
     TextCompletion,
-    TextFormat,
     TokenLogprob,
     ToolCallDelta,
     TopLogprob,
@@ -45,7 +44,7 @@ from tokenmold.schemas.openai import (
 )
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
-from tokenmold.service.api.fields import check_chat_fields, check_completion_fields, function_tools
+from tokenmold.service.api.fields import check_chat_fields, check_completion_fields, function_tools, shape_fields
 from tokenmold.service.errors import RequestError
 from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.runtime import GenerationResult, Prompt, StreamDelta
@@ -124,23 +123,11 @@ def completion_plan(body: CompletionRequest, model: ModelInfo) -> Plan:
 def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions, str | None]:
     """The shape asked for with response_format, one of the extensions or vLLM's
     ``structured_outputs`` (at most one of them)."""
-    fmt = None if isinstance(body.response_format, TextFormat) else body.response_format
     layout: dict[str, Any] = (
         {} if body.max_extra_properties is None else {"max_extra_properties": body.max_extra_properties}
     )
     so = body.structured_outputs or StructuredOutputs()
-    candidates: dict[str, Any] = {
-        "response_format": fmt,
-        "grammar": body.grammar,
-        "regex": body.regex,
-        "choice": body.choice,
-        "structured_outputs.json": so.json_,
-        "structured_outputs.json_object": {"type": "object"} if so.json_object else None,
-        "structured_outputs.grammar": so.grammar,
-        "structured_outputs.regex": so.regex,
-        "structured_outputs.choice": so.choice,
-    }
-    given = {name: value for name, value in candidates.items() if value is not None}
+    given = shape_fields(body)
     if len(given) > 1:
         names = list(given)
         raise RequestError(f"give at most one output shape; got {', '.join(names)}", param=names[1])
