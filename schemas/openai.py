@@ -84,6 +84,13 @@ class FunctionDefinition(_Body):
 class ToolDefinition(_Body):
     type: Literal["function"]
     function: FunctionDefinition
+    #: vLLM's place for ``strict``, beside ``function`` rather than in it (OpenAI's); the same meaning.
+    strict: bool | None = None
+
+    @property
+    def is_strict(self) -> bool:
+        """OpenAI's strict semantics for the parameters, asked for in either place."""
+        return bool(self.function.strict if self.strict is None else self.strict)
 
 
 class CustomToolDefinition(BaseModel):

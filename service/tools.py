@@ -42,7 +42,7 @@ def tool_shape(
     defined = [
         Tool(
             t.function.name,
-            strict=bool(t.function.strict),
+            strict=t.is_strict,
             **({"parameters": t.function.parameters} if t.function.parameters is not None else {}),
         )
         for t in tools

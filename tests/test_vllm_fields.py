@@ -7,9 +7,12 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 
 from tokenmold.grammar.toolformats import HERMES
 from tokenmold.schemas.openai import ChatCompletionRequest
+from tokenmold.service.api import errors
 from tokenmold.service.api.translate import chat_plan
 from tokenmold.service.errors import RequestError
 
@@ -67,3 +70,68 @@ def test_a_response_format_beside_a_named_tool_choice_leaves_the_call() -> None:
     plan = chat_plan(chat(tools=[TOOL], tool_choice=NAMED, response_format=format_), MODEL)
     assert plan.tool_format is HERMES and plan.shape.source.required
     assert [tool.name for tool in plan.shape.source.tools] == ["get_weather"]
+
+
+# ---------------------------------------------------------------- strict, and where errors point
+
+
+@pytest.mark.parametrize(
+    "tool, strict",
+    [
+        ({**TOOL, "strict": True}, True),
+        ({**TOOL, "function": {**TOOL["function"], "strict": True}}, True),
+        ({**TOOL, "strict": False, "function": {**TOOL["function"], "strict": False}}, False),
+        ({**TOOL, "strict": True, "function": {**TOOL["function"], "strict": True}}, True),
+        (TOOL, False),
+    ],
+)
+def test_strict_is_read_beside_function_as_vllm_writes_it(tool: dict, strict: bool) -> None:
+    plan = chat_plan(chat(tools=[tool], tool_choice="required"), MODEL)
+    assert [t.strict for t in plan.shape.source.tools] == [strict]
+
+
+def test_strict_given_twice_with_two_values_is_refused_where_it_contradicts() -> None:
+    tool = {**TOOL, "strict": True, "function": {**TOOL["function"], "strict": False}}
+    error = refused(tools=[TOOL, tool])
+    assert error.param == "tools[1].strict"
+
+
+@pytest.fixture(scope="module")
+def client() -> TestClient:
+    """The error mapper behind a route that takes a chat body and plans it."""
+    app = FastAPI()
+    errors.install(app)
+
+    @app.post("/plan")
+    async def plan(body: ChatCompletionRequest) -> dict[str, str | None]:
+        return {"shape_param": chat_plan(body, MODEL).shape_param}
+
+    return TestClient(app, raise_server_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"tools": [{**TOOL, "function": {**TOOL["function"], "strict": [1]}}]}, "tools[0].function.strict"),
+        ({"tools": [{**TOOL, "strict": "sometimes"}]}, "tools[0].strict"),
+        ({"tools": [{**TOOL, "defer": True}]}, "tools[0].defer"),
+        ({"tools": [TOOL], "tool_choice": {"type": "function", "function": {}}}, "tool_choice.function.name"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}},
+            "response_format.json_schema.schema",
+        ),
+        ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
+        ({"messages": [{"role": "user", "content": 7}]}, "messages[0].content"),
+        (
+            {"tools": [TOOL, {**TOOL, "strict": True, "function": {**TOOL["function"], "strict": False}}]},
+            "tools[1].strict",
+        ),
+    ],
+)
+def test_an_error_names_the_field_as_the_request_spelled_it(client: TestClient, fields: dict, param: str) -> None:
+    """Pydantic's locations carry each union member's label (the tag ``function`` of a tool, ``str``
+    of a message's content): the error's ``param`` leaves them out."""
+    response = client.post("/plan", json={"model": "m", "messages": USER, **fields})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["param"] == param and error["message"].startswith(param), error

@@ -127,7 +127,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError) -> JSONResponse:
-        return _validation_error(exc.errors(), drop_prefix=True)
+        return _validation_error(exc.errors(), drop_prefix=True, body=exc.body)
 
     @app.exception_handler(pydantic.ValidationError)
     async def invalid_values(request: Request, exc: pydantic.ValidationError) -> JSONResponse:
@@ -157,8 +157,9 @@ def install(app: FastAPI) -> None:
         return error_response(500, "internal error; the server log has the details", code="internal_error")
 
 
-def _validation_error(errors: Any, *, drop_prefix: bool) -> JSONResponse:
-    """400 naming the first offending fields, e.g. ``messages[0].role: Input should be ...``."""
+def _validation_error(errors: Any, *, drop_prefix: bool, body: Any = None) -> JSONResponse:
+    """400 naming the first offending fields, e.g. ``messages[0].role: Input should be ...``; with
+    the request's ``body``, each named as the request spelled it (``_request_path``)."""
     described: list[tuple[str | None, str]] = []
     for error in list(errors)[:3]:
         loc = list(error.get("loc", ()))
@@ -167,10 +168,50 @@ def _validation_error(errors: Any, *, drop_prefix: bool) -> JSONResponse:
         if error.get("type") == "json_invalid":
             described.append((None, f"the body is not valid JSON: {error.get('ctx', {}).get('error', error['msg'])}"))
             continue
+        if isinstance(body, dict):
+            loc = _request_path(loc, body, missing=error.get("type") == "missing")
         where = _field_path(loc)
         described.append((where, f"{where}: {error['msg']}" if where else error["msg"]))
+    if described and described[0][0]:
+        # A union's members each report an error for the same field (``tool_choice`` is no
+        # literal; ``tool_choice.function.name`` is missing): the deepest one inside the first
+        # error's field says what is wrong with the value the request sent, and leads.
+        field = described[0][0]
+        inside = [entry for entry in described if entry[0] and _within(entry[0], field)]
+        deepest = max(inside, key=lambda entry: len(entry[0] or ""))
+        described = [deepest, *(entry for entry in described if entry is not deepest)]
     message = "; ".join(text for _, text in described) or "invalid request"
     return error_response(400, message, code="invalid_request", param=described[0][0] if described else None)
+
+
+def _within(path: str, field: str) -> bool:
+    """Whether ``path`` is ``field`` or names something inside it."""
+    return path == field or path.startswith((f"{field}.", f"{field}["))
+
+
+def _request_path(loc: list[Any], body: dict[str, Any], *, missing: bool) -> list[Any]:
+    """``loc`` as the request spelled it. Pydantic puts a union member's label between a field and
+    its value: a tagged union's tag (``tools[0]`` of type ``function`` is at ``tools.0.function``, so
+    an error in its ``function.strict`` reads ``tools.0.function.function.strict``) or a plain
+    union's member (``str``, ``list[...]``). Neither is in the request: a part equal to the value's
+    ``type`` (every tagged union here is tagged by ``type``) or naming no key or index of the
+    value is left out, except the last part of a ``missing`` error (the field the request lacks)."""
+    path: list[Any] = []
+    node: Any = body
+    tagged = False  # the value's tag was passed: the next part is a key of the same value
+    for i, part in enumerate(loc):
+        if isinstance(node, dict) and part == node.get("type") and not tagged:
+            tagged = True
+            continue
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            node = node[part]
+        elif not (missing and i == len(loc) - 1):
+            continue
+        path.append(part)
+        tagged = False
+    return path
 
 
 def _field_path(loc: list[Any]) -> str:

@@ -119,6 +119,12 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
             raise RequestError(
                 f"tools[{i}]: custom (free-form) tools are not supported; define a function tool", param=f"tools[{i}]"
             )
+        if None not in (tool.strict, tool.function.strict) and tool.strict != tool.function.strict:
+            raise RequestError(
+                f"tools[{i}].strict ({tool.strict}) contradicts tools[{i}].function.strict ({tool.function.strict}); "
+                "give strict in one place",
+                param=f"tools[{i}].strict",
+            )
     if isinstance(body.tool_choice, NamedCustomToolChoice):
         raise RequestError("tool_choice names a custom tool; only function tools are supported", param="tool_choice")
     reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(body.chat_template_kwargs or {}))
