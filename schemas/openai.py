@@ -162,6 +162,9 @@ ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Fie
 
 class StreamOptions(_Body):
     include_usage: bool = False
+    #: vLLM's extension: with ``include_usage``, every chunk carries the usage so far (that choice's
+    #: tokens); without it, nothing (vLLM's own reading, kept so that a vLLM client gets what it got).
+    continuous_usage_stats: bool = False
     #: OpenAI pads chunks against side channels; ignored (loopback or your own TLS).
     include_obfuscation: bool | None = None
 

@@ -161,6 +161,8 @@ class StreamDelta:
     verdict: Verdict | None = None
     #: Thinking text of this piece (reasoning parser configured); ``text`` is then the answer's.
     reasoning: str = ""
+    #: The prompt's length in tokens, on every piece: usage so far is known at each one.
+    prompt_tokens: int = 0
 
 
 class Runtime:
@@ -377,7 +379,7 @@ class Runtime:
                             looping_at=looping.pointer if looping is not None else None,
                             fit=await self._fit_outcome(prepared, tokens[out.index]),
                         )
-                    yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning)
+                    yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning, len(prompt_ids))
                 if cut and len(ended) == params.n:
                     await self.engine.abort(request_id)
                     return

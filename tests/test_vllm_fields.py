@@ -11,10 +11,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from tokenmold.grammar.toolformats import HERMES
-from tokenmold.schemas.openai import ChatCompletionRequest
+from tokenmold.schemas.openai import ChatCompletionRequest, CompletionRequest
+from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api import errors
-from tokenmold.service.api.translate import chat_plan
+from tokenmold.service.api.translate import ChatStream, CompletionStream, chat_plan, completion_plan
 from tokenmold.service.errors import RequestError
+from tokenmold.service.runtime import StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 USER = [{"role": "user", "content": "hi"}]
@@ -135,3 +137,54 @@ def test_an_error_names_the_field_as_the_request_spelled_it(client: TestClient, 
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param and error["message"].startswith(param), error
+
+
+# ---------------------------------------------------------------- continuous usage in streams
+
+PROMPT = 7
+
+
+def piece(index: int, text: str, tokens: int, *, last: int | None = None) -> StreamDelta:
+    """A delta of ``tokens`` tokens; ``last``: it ends the choice, whose output is ``last`` tokens."""
+    verdict = None
+    if last is not None:
+        usage = Usage(prompt_tokens=PROMPT, completion_tokens=last, total_tokens=PROMPT + last)
+        verdict = Verdict(status=VerdictStatus.ACCEPTED, finish_reason="stop", text=text, usage=usage)
+    return StreamDelta(index, text, list(range(tokens)), verdict=verdict, prompt_tokens=PROMPT)
+
+
+#: Two choices, interleaved; the second delta of choice 0 is held back (no text, no chunk).
+DELTAS = [piece(0, "Hel", 2), piece(1, "Bye", 1), piece(0, "", 1), piece(0, "lo", 1, last=4), piece(1, "!", 2, last=3)]
+
+
+def test_the_stream_options_vllm_sends_are_accepted() -> None:
+    body = chat(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
+    assert body.stream_options is not None and body.stream_options.continuous_usage_stats
+
+
+def test_continuous_usage_puts_each_choices_usage_so_far_in_every_chunk() -> None:
+    """vLLM's serving_chat: the role chunk counts no tokens, every later chunk the prompt and that
+    choice's tokens so far (held-back tokens included once a chunk goes out); the closing usage
+    chunk is the total."""
+    stream = ChatStream(chat_plan(chat(), MODEL), model="m", continuous_usage=True)
+    chunks = [chunk for delta in DELTAS for chunk in stream.chunks(delta)]
+    seen = [
+        (c.choices[0].index, c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.total_tokens) for c in chunks
+    ]
+    assert seen == [(0, 7, 0, 7), (0, 7, 2, 9), (1, 7, 0, 7), (1, 7, 1, 8), (0, 7, 4, 11), (1, 7, 3, 10)]
+    assert stream.usage_chunk().usage == Usage(prompt_tokens=7, completion_tokens=7, total_tokens=14)
+
+
+def test_completion_streams_count_the_same_way() -> None:
+    plan = completion_plan(CompletionRequest.model_validate({"model": "m", "prompt": "Q:"}), MODEL)
+    stream = CompletionStream(plan, model="m", continuous_usage=True)
+    chunks = [chunk for delta in DELTAS for chunk in stream.chunks(delta)]
+    seen = [(c.choices[0].index, c.usage.completion_tokens) for c in chunks]
+    assert seen == [(0, 2), (1, 1), (0, 4), (1, 3)]
+    assert all(c.usage.prompt_tokens == PROMPT for c in chunks)
+
+
+def test_without_continuous_usage_no_chunk_carries_usage() -> None:
+    stream = ChatStream(chat_plan(chat(), MODEL), model="m")
+    assert all(chunk.usage is None for delta in DELTAS for chunk in stream.chunks(delta))
+    assert stream.usage_chunk().usage.completion_tokens == 7

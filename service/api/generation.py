@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from tokenmold.grammar import CompiledShape
-from tokenmold.schemas.openai import ChoiceVerdict, GenerationRequest
+from tokenmold.schemas.openai import ChoiceVerdict, GenerationRequest, StreamOptions
 from tokenmold.service.api.deps import reject_unaccepted
 from tokenmold.service.api.errors import unaccepted_response
 from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
@@ -94,14 +94,17 @@ class Generation:
         answer: Callable[..., BaseModel],
     ) -> Response:
         """Answer ``body`` (planned as ``plan``) whole, as ``answer(result, plan, model=...)``, or if it
-        asks to, as a stream of ``streamer(plan, model=...)``'s chunks."""
+        asks to, as a stream of ``streamer(plan, model=..., continuous_usage=...)``'s chunks."""
         self.check_model(body.model)
         reject = reject_unaccepted(request)
         model = self.settings.model_name
         if not body.stream:
             return await self.complete(request, plan, reject=reject, answer=lambda r: answer(r, plan, model=model))
-        include_usage = bool(body.stream_options and body.stream_options.include_usage)
-        frames = ChunkFrames(streamer(plan, model=model), include_usage=include_usage)
+        options = body.stream_options or StreamOptions()
+        continuous = options.include_usage and options.continuous_usage_stats
+        frames = ChunkFrames(
+            streamer(plan, model=model, continuous_usage=continuous), include_usage=options.include_usage
+        )
         return await self.stream(request, plan, reject=reject, frames=frames)
 
     async def complete(

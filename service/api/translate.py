@@ -299,17 +299,36 @@ def completion_logprobs(
 
 @dataclass
 class _StreamState:
-    """What every stream remembers: its id and each choice's usage (known when it ends)."""
+    """What every stream remembers: its id, each choice's usage (known when it ends) and, for
+    ``continuous`` usage (vLLM's ``continuous_usage_stats``), the tokens each choice has so far."""
 
     model: str
     id: str
+    continuous: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
     usage: dict[int, Usage] = field(default_factory=dict)
+    prompt_tokens: int = 0
+    generated: dict[int, int] = field(default_factory=dict)
 
     def total_usage(self) -> Usage:
         prompt = next(iter(self.usage.values())).prompt_tokens if self.usage else 0
         completion = sum(u.completion_tokens for u in self.usage.values())
         return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+    def count(self, delta: StreamDelta) -> None:
+        """Add ``delta``'s tokens to its choice's count (after that choice's opening chunk, which
+        vLLM sends with no tokens counted)."""
+        self.generated[delta.index] = self.generated.get(delta.index, 0) + len(delta.token_ids)
+
+    def usage_so_far(self, index: int) -> Usage | None:
+        """A chunk of choice ``index``'s usage: with ``continuous``, the prompt and that choice's
+        tokens so far (vLLM's per-chunk figures), otherwise none."""
+        if not self.continuous:
+            return None
+        completion = self.generated.get(index, 0)
+        return Usage(
+            prompt_tokens=self.prompt_tokens, completion_tokens=completion, total_tokens=self.prompt_tokens + completion
+        )
 
 
 class ChatStream:
@@ -323,18 +342,20 @@ class ChatStream:
     (a call cut off by max_tokens ends the choice with ``length``, as in the blocking answer).
     """
 
-    def __init__(self, plan: Plan, *, model: str) -> None:
+    def __init__(self, plan: Plan, *, model: str, continuous_usage: bool = False) -> None:
         self.plan = plan
-        self.state = _StreamState(model=model, id=new_id("chatcmpl"))
+        self.state = _StreamState(model=model, id=new_id("chatcmpl"), continuous=continuous_usage)
         self._opened: set[int] = set()
         self._calls: dict[int, ToolCallStream] = {}
         self._ids: dict[tuple[int, int], str] = {}
 
     def chunks(self, delta: StreamDelta) -> list[ChatCompletionChunk]:
         out = []
+        self.state.prompt_tokens = delta.prompt_tokens
         if delta.index not in self._opened:
             self._opened.add(delta.index)
             out.append(self._chunk(ChatChunkChoice(index=delta.index, delta=ChatDelta(role="assistant", content=""))))
+        self.state.count(delta)
         content: str | None = delta.text
         tool_calls: list[ToolCallDelta] = []
         finish, check = None, None
@@ -393,21 +414,23 @@ class ChatStream:
             created=self.state.created,
             model=self.state.model,
             choices=[choice] if choice else [],
-            usage=None if choice else self.state.total_usage(),
+            usage=self.state.usage_so_far(choice.index) if choice else self.state.total_usage(),
         )
 
 
 class CompletionStream:
     """``Runtime.stream`` deltas to streamed ``text_completion`` chunks (same rules as chat)."""
 
-    def __init__(self, plan: Plan, *, model: str) -> None:
+    def __init__(self, plan: Plan, *, model: str, continuous_usage: bool = False) -> None:
         self.plan = plan
-        self.state = _StreamState(model=model, id=new_id("cmpl"))
+        self.state = _StreamState(model=model, id=new_id("cmpl"), continuous=continuous_usage)
         self._offsets: dict[int, int] = {}
 
     def chunks(self, delta: StreamDelta) -> list[TextCompletion]:
         offset = self._offsets.get(delta.index, 0)
         self._offsets[delta.index] = offset + len(delta.text)
+        self.state.prompt_tokens = delta.prompt_tokens
+        self.state.count(delta)
         choice = CompletionChoice(index=delta.index, text=delta.text)
         if delta.logprobs is not None:
             top = self.plan.sampling.logprobs or 0
@@ -418,7 +441,7 @@ class CompletionStream:
             choice.validation = validation(delta.verdict)
         if not (delta.text or choice.finish_reason or choice.logprobs):
             return []
-        return [self._chunk([choice])]
+        return [self._chunk([choice], self.state.usage_so_far(delta.index))]
 
     def usage_chunk(self) -> TextCompletion:
         return self._chunk([], self.state.total_usage())
