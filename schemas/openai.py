@@ -5,9 +5,9 @@ bodies is accepted; what has no meaning here is ignored or refused by ``service/
 docs/api.md lists which) and add tokenmold's extensions (``grammar``, ``regex``, ``choice``,
 ``top_k``, ``min_p``, ``repetition_penalty``, ``min_tokens``, ``ignore_eos``) and vLLM's
 (``structured_outputs``, ``chat_template_kwargs``, ``include_stop_str_in_output``,
-``stop_token_ids``), so a vLLM client runs unchanged; a truly unknown field is refused (400) rather
-than silently ignored. Sampling values are range-checked once,
-by ``SamplingOptions``, when a request is translated. Every response choice carries ``validation``:
+``stop_token_ids``, and the older ``guided_*`` fields), so a vLLM client runs unchanged; a truly
+unknown field is refused (400) rather than silently ignored. Sampling values are range-checked
+once, by ``SamplingOptions``, when a request is translated. Every response choice carries ``validation``:
 the verdict on that output.
 """
 
@@ -225,6 +225,18 @@ class GenerationRequest(_Body):
     stream_options: StreamOptions | None = None
     # vLLM's extensions.
     structured_outputs: StructuredOutputs | None = None
+    #: vLLM's guided-decoding fields, which vLLM 0.32 no longer honours (it ignores them, with a
+    #: warning in its log, and leaves the output unconstrained): here the structured_outputs
+    #: fields they became, so that an older client gets the shape it asks for.
+    guided_json: dict[str, Any] | bool | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    #: Refused when set, as structured_outputs.whitespace_pattern (service/api/fields.py).
+    guided_whitespace_pattern: str | None = None
+    #: Which library computes the masks is tokenmold's own choice per shape (llguidance, or
+    #: xgrammar where llguidance refuses one; tokenmold.grammar.compiler); ignored.
+    guided_decoding_backend: str | None = None
     include_stop_str_in_output: bool | None = None
     stop_token_ids: list[int] | None = None
     # tokenmold's budget fitting (docs/api.md).

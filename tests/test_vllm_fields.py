@@ -10,6 +10,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from tokenmold.grammar import ShapeKind
 from tokenmold.grammar.toolformats import HERMES
 from tokenmold.schemas.openai import ChatCompletionRequest, CompletionRequest
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
@@ -188,3 +189,50 @@ def test_without_continuous_usage_no_chunk_carries_usage() -> None:
     stream = ChatStream(chat_plan(chat(), MODEL), model="m")
     assert all(chunk.usage is None for delta in DELTAS for chunk in stream.chunks(delta))
     assert stream.usage_chunk().usage.completion_tokens == 7
+
+
+# ---------------------------------------------------------------- guided_* fields
+
+
+def completion(**fields) -> CompletionRequest:
+    return CompletionRequest.model_validate({"model": "m", "prompt": "Q:", **fields})
+
+
+@pytest.mark.parametrize(
+    "field, value, kind, source",
+    [
+        ("guided_json", PARAMETERS, ShapeKind.JSON_SCHEMA, PARAMETERS),
+        ("guided_json", '{"type": "integer"}', ShapeKind.JSON_SCHEMA, {"type": "integer"}),
+        ("guided_regex", "[0-9]+", ShapeKind.REGEX, "[0-9]+"),
+        ("guided_choice", ["yes", "no"], ShapeKind.CHOICE, ("yes", "no")),
+        ("guided_grammar", 'root ::= "a"', ShapeKind.EBNF, 'root ::= "a"'),
+    ],
+)
+def test_guided_fields_are_the_structured_outputs_they_became(field: str, value: object, kind, source) -> None:
+    """vLLM 0.32 ignores them (the output goes unconstrained, serve/engine/protocol.py); here each
+    is the shape its structured_outputs field gives, on both routes, named by its own name."""
+    same = {"guided_json": "json", "guided_regex": "regex", "guided_choice": "choice", "guided_grammar": "grammar"}
+    for plan in (chat_plan(chat(**{field: value}), MODEL), completion_plan(completion(**{field: value}), MODEL)):
+        assert plan.shape.kind is kind and plan.shape.source == source and plan.shape_param == field
+    twin = chat_plan(chat(structured_outputs={same[field]: value}), MODEL)
+    assert (twin.shape.kind, twin.shape.source) == (kind, source)
+
+
+@pytest.mark.parametrize(
+    "fields, param",
+    [
+        ({"guided_json": PARAMETERS, "guided_regex": "a"}, "guided_regex"),
+        ({"response_format": {"type": "json_object"}, "guided_choice": ["a"]}, "guided_choice"),
+        ({"structured_outputs": {"regex": "a"}, "guided_grammar": 'root ::= "a"'}, "guided_grammar"),
+        ({"guided_whitespace_pattern": "[ ]?", "guided_json": PARAMETERS}, "guided_whitespace_pattern"),
+        ({"tools": [TOOL], "tool_choice": NAMED, "guided_json": PARAMETERS}, "guided_json"),
+    ],
+)
+def test_guided_fields_are_refused_where_their_twins_are(fields: dict, param: str) -> None:
+    assert refused(**fields).param == param
+
+
+def test_the_guided_decoding_backend_is_the_servers_choice() -> None:
+    """Accepted (vLLM clients send it) and changes nothing: the shape is the same either way."""
+    with_backend = chat_plan(chat(guided_regex="[0-9]+", guided_decoding_backend="outlines"), MODEL)
+    assert with_backend == chat_plan(chat(guided_regex="[0-9]+"), MODEL)

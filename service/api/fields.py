@@ -64,6 +64,10 @@ def shape_fields(body: GenerationRequest) -> dict[str, Any]:
         "structured_outputs.grammar": so.grammar,
         "structured_outputs.regex": so.regex,
         "structured_outputs.choice": so.choice,
+        "guided_json": body.guided_json,
+        "guided_regex": body.guided_regex,
+        "guided_choice": body.guided_choice,
+        "guided_grammar": body.guided_grammar,
     }
     return {name: value for name, value in candidates.items() if value is not None}
 
@@ -71,20 +75,22 @@ def shape_fields(body: GenerationRequest) -> dict[str, Any]:
 def check_generation_fields(body: GenerationRequest) -> None:
     """Refuse what both routes define and cannot honour: vLLM's structured-output options that
     have no counterpart in tokenmold's grammar compiler."""
-    so = body.structured_outputs
-    if so is None:
-        return
-    unsupported = {
-        "disable_additional_properties": "close the schema's objects (additionalProperties: false) or use "
-        "response_format json_schema with strict: true",
-        "whitespace_pattern": "whitespace is bounded by the compiler; use disable_any_whitespace for compact JSON",
-        "structural_tag": "use tools, or response_format / grammar",
-    }
-    for name, instead in unsupported.items():
-        if getattr(so, name) not in (None, False):
-            raise RequestError(
-                f"structured_outputs.{name} is not supported here: {instead}", param=f"structured_outputs.{name}"
-            )
+    so = body.structured_outputs or StructuredOutputs()
+    whitespace = "whitespace is bounded by the compiler; use structured_outputs.disable_any_whitespace for compact JSON"
+    unsupported = [
+        (
+            "structured_outputs.disable_additional_properties",
+            so.disable_additional_properties,
+            "close the schema's objects (additionalProperties: false) or use response_format json_schema with "
+            "strict: true",
+        ),
+        ("structured_outputs.whitespace_pattern", so.whitespace_pattern, whitespace),
+        ("guided_whitespace_pattern", body.guided_whitespace_pattern, whitespace),
+        ("structured_outputs.structural_tag", so.structural_tag, "use tools, or response_format / grammar"),
+    ]
+    for param, value, instead in unsupported:
+        if value not in (None, False):
+            raise RequestError(f"{param} is not supported here: {instead}", param=param)
 
 
 def check_chat_fields(body: ChatCompletionRequest) -> None:

@@ -121,8 +121,8 @@ def completion_plan(body: CompletionRequest, model: ModelInfo) -> Plan:
 
 
 def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions, str | None]:
-    """The shape asked for with response_format, one of the extensions or vLLM's
-    ``structured_outputs`` (at most one of them)."""
+    """The shape asked for with response_format, one of the extensions, vLLM's
+    ``structured_outputs`` or its older ``guided_*`` fields (at most one of them)."""
     layout: dict[str, Any] = (
         {} if body.max_extra_properties is None else {"max_extra_properties": body.max_extra_properties}
     )
@@ -144,7 +144,7 @@ def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions
     if isinstance(value, JsonObjectFormat):
         return Shape.from_json_schema({"type": "object"}), CompileOptions(**layout), "response_format"
     compact = CompileOptions(max_whitespace=0 if so.disable_any_whitespace else 2, **layout)
-    kind = name.rpartition(".")[2]
+    kind = name.rpartition(".")[2].removeprefix("guided_")  # guided_json is structured_outputs.json
     if kind in ("json", "json_object"):
         return Shape.from_json_schema(value), compact, name
     if kind == "grammar":
