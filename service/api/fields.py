@@ -6,6 +6,10 @@ client library sends them unasked) and vLLM's extensions. Those with no effect o
 (service tiers, cache keys, reasoning effort...) are ignored; those whose request could not be met
 (audio out, images in, web search, moderation, custom tools...) are a 400 naming the field, because
 answering without doing what was asked would be a silent lie. docs/api.md has the full table.
+
+vLLM's own checks of the same bodies (the validators of its request models, in
+``vllm/entrypoints/openai/chat_completion/protocol.py``) are matched here rather than called: they
+are methods of vLLM's models, run on the raw body, and this layer loads without importing vLLM.
 """
 
 from __future__ import annotations

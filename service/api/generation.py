@@ -101,6 +101,8 @@ class Generation:
         if not body.stream:
             return await self.complete(request, plan, reject=reject, answer=lambda r: answer(r, plan, model=model))
         options = body.stream_options or StreamOptions()
+        # vLLM's should_include_usage (serve/utils/api_utils.py) reads the two flags so; not
+        # imported, as the API layer loads without vLLM.
         continuous = options.include_usage and options.continuous_usage_stats
         frames = ChunkFrames(
             streamer(plan, model=model, continuous_usage=continuous), include_usage=options.include_usage
