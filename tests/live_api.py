@@ -8,7 +8,10 @@ A module that needs other flags (a short context, drafting, a server it kills) d
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import openai
 
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
 
@@ -111,3 +114,14 @@ def slow_regex(classes: int, tag: str = "") -> str:
 
 def validation(choice) -> dict:
     return choice.model_extra["validation"]
+
+
+def finished_batch(client: openai.OpenAI, batch_id: str, timeout_s: float = 300) -> openai.types.Batch:
+    """The batch once it has finished (completed, failed or cancelled), polled every half second."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "cancelled"):
+            return batch
+        assert time.monotonic() < deadline, batch
+        time.sleep(0.5)

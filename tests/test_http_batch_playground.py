@@ -7,13 +7,12 @@ import io
 import json
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from live_api import KEY, MODEL
+from live_api import KEY, MODEL, finished_batch
 
 pytestmark = pytest.mark.engine
 
@@ -41,16 +40,6 @@ def _chat(custom_id: str, content: str, max_tokens: int, schema: object = CLOSED
     }
 
 
-def _wait(client: openai.OpenAI, batch_id: str, timeout_s: float = 300) -> openai.types.Batch:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        batch = client.batches.retrieve(batch_id)
-        if batch.status in ("completed", "failed", "cancelled"):
-            return batch
-        assert time.monotonic() < deadline, batch
-        time.sleep(0.5)
-
-
 # ---------------------------------------------------------------- files and batches
 
 
@@ -69,7 +58,7 @@ def test_batch_flow_with_the_sdk(client) -> None:
         input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "t"}
     )
     assert batch.status in ("validating", "in_progress") and batch.metadata == {"run": "t"}
-    done = _wait(client, batch.id)
+    done = finished_batch(client, batch.id)
     assert done.status == "completed", done
     assert (done.request_counts.total, done.request_counts.completed, done.request_counts.failed) == (6, 5, 1)
     assert done.errors is not None and [(e.code, e.line) for e in done.errors.data] == [("invalid_json", 7)]
@@ -105,7 +94,7 @@ def test_cancel_keeps_what_is_done(client) -> None:
     batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status == "cancelling"
-    done = _wait(client, batch.id)
+    done = finished_batch(client, batch.id)
     assert done.status == "cancelled" and done.cancelled_at is not None
     written = client.files.content(done.output_file_id).text.splitlines() if done.output_file_id else []
     assert len(written) < 40 and len({json.loads(line)["custom_id"] for line in written}) == len(written)

@@ -5,12 +5,13 @@ without the engine are in test_vllm_fields.py."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import jsonschema
 import openai
 import pytest
-from live_api import MODEL, validation
+from live_api import MODEL, finished_batch, validation
 from pydantic import BaseModel
 from test_tool_refs import Forecast, Node
 
@@ -115,6 +116,38 @@ def test_the_responses_api_calls_a_function_with_referenced_parameters(client) -
     for call in calls:
         _check(call.name, call.arguments)
     assert response.model_extra["validation"]["status"] == "accepted"
+
+
+def test_a_batch_line_with_referenced_parameters_is_answered(client) -> None:
+    """Batches run the same route: a required call of a pydantic-written tool, and a guided_json line."""
+    lines = [
+        {"tools": tools(Forecast), "tool_choice": NAMED, "messages": QUESTION},
+        {"guided_json": Forecast.model_json_schema(), "messages": QUESTION},
+    ]
+    text = "".join(
+        json.dumps(
+            {
+                "custom_id": str(i),
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {"model": MODEL, "max_tokens": 80, "temperature": 0, **line},
+            }
+        )
+        + "\n"
+        for i, line in enumerate(lines)
+    )
+    uploaded = client.files.create(file=("parity.jsonl", io.BytesIO(text.encode())), purpose="batch")
+    batch = client.batches.create(input_file_id=uploaded.id, endpoint="/v1/chat/completions", completion_window="24h")
+    done = finished_batch(client, batch.id)
+    assert done.status == "completed" and done.request_counts.completed == 2, done
+    lines_out = map(json.loads, client.files.content(done.output_file_id).text.splitlines())
+    output = {line["custom_id"]: line for line in lines_out}
+    call = output["0"]["response"]["body"]["choices"][0]
+    assert call["finish_reason"] == "tool_calls" and call["validation"]["status"] == "accepted"
+    _check("Forecast", call["message"]["tool_calls"][0]["function"]["arguments"])
+    guided = output["1"]["response"]["body"]["choices"][0]
+    assert guided["validation"]["status"] == "accepted"
+    Forecast.model_validate_json(guided["message"]["content"])
 
 
 # ---------------------------------------------------------------- what vLLM refuses, and strict
