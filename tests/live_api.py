@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import openai
-
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
 
 KEY = "sk-tokenmold-test"
