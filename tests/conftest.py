@@ -21,10 +21,10 @@ from live_api import KEY, server_args
 
 from tokenmold.service.bench.live_server import LiveServer
 
-#: The tests' engines (in process, servers, CLI runs) keep 0.5 GiB of KV cache instead of the
-#: default 2 (room for ~11k tokens in float32; the longest prompt they send is ~3k, the longest
-#: context 8,192): up to four engines stand at once while the early work runs, each holding its cache.
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "0.5")
+#: The tests' engines (in process, servers, CLI runs) keep 1 GiB of KV cache (vLLM takes whole GiB)
+#: instead of the default 2 (room for ~23k tokens in float32; the longest prompt they send is ~3k,
+#: the longest context 8,192): up to four engines stand at once while the early work runs.
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
 
