@@ -39,13 +39,6 @@ def refused(**fields) -> RequestError:
 # ---------------------------------------------------------------- tools and tool_choice
 
 
-def test_an_empty_tools_array_is_refused() -> None:
-    """vLLM: "`tools` must not be an empty array" (chat_completion/protocol.py, check_tool_usage)."""
-    for fields in ({}, {"tool_choice": "none"}, {"tool_choice": "auto"}):
-        error = refused(tools=[], **fields)
-        assert error.param == "tools" and "empty" in error.message
-
-
 @pytest.mark.parametrize(
     "constraint, param",
     [

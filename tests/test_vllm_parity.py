@@ -156,7 +156,6 @@ def test_a_batch_line_with_referenced_parameters_is_answered(client) -> None:
 @pytest.mark.parametrize(
     "fields, param",
     [
-        ({"tools": []}, "tools"),
         (
             {"tools": tools(Forecast), "tool_choice": NAMED, "extra_body": {"structured_outputs": {"regex": "a+"}}},
             "structured_outputs.regex",

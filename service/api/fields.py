@@ -119,10 +119,6 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
                     f"messages[{i}].content[{j}]: {part.type} parts are not supported; this model reads text only",
                     param=f"messages[{i}].content[{j}].type",
                 )
-    if body.tools == []:
-        raise RequestError(
-            "tools must not be an empty array; give at least one tool or leave the field out", param="tools"
-        )
     _check_named_choice(body)
     for i, tool in enumerate(body.tools or []):
         if isinstance(tool, CustomToolDefinition):
