@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +73,11 @@ class EarlyWork:
         """Call ``work`` (processes a test drives itself: started, killed, restarted), its result or
         its exception kept for the test that checks it."""
         self._results[name] = self._pool.submit(work)
+
+    def settle(self) -> None:
+        """Wait until every piece of work queued so far has ended: for tests whose outcome depends on
+        how soon a process reacts (a fault noticed), which a server starting beside them slows."""
+        wait([*self._servers.values(), *self._results.values()])
 
     def take_server(self, name: str) -> LiveServer:
         """The healthy server started as ``name``; the caller stops it (``with``)."""

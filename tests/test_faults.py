@@ -43,6 +43,9 @@ def early(work: EarlyWork) -> None:
 
 @pytest.fixture(scope="module")
 def server(early_work: EarlyWork) -> Iterator[LiveServer]:
+    """The faults' server, once no early work runs beside it: how soon a fault is noticed (the
+    engine's death, within a few health checks) depends on the cores being free."""
+    early_work.settle()
     with early_work.take_server("faults") as live:
         yield live
     assert not live.left_processes_behind
