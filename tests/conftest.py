@@ -9,7 +9,6 @@ engine tests check are started in the background (``early.py``).
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -93,7 +92,6 @@ def _engine_group(module_items: list[pytest.Item]) -> int:
 
 
 _EARLY = pytest.StashKey[EarlyWork]()
-_FOLDER = pytest.StashKey[Path]()
 #: The module that uses the shared server last: the server stops when it ends.
 _LAST_SHARED = pytest.StashKey[str]()
 
@@ -108,8 +106,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [item for _, module_items in ordered for item in module_items]
     if config.option.collectonly:
         return
-    folder = config.stash[_FOLDER] = Path(tempfile.mkdtemp(prefix="tokenmold-tests-"))
-    work = config.stash[_EARLY] = EarlyWork(folder)
+    work = config.stash[_EARLY] = EarlyWork(Path(tempfile.mkdtemp(prefix="tokenmold-tests-")))
     for module, module_items in ordered:
         if _engine_group(module_items) == 0:
             continue
@@ -128,7 +125,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     work = session.config.stash.get(_EARLY, None)
     if work is not None:
         work.close()
-        shutil.rmtree(session.config.stash[_FOLDER], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

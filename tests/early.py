@@ -14,6 +14,7 @@ collection when the module has an engine test to run, in the order the modules w
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -34,7 +35,7 @@ class EarlyWork:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-work")
         self._servers: dict[str, Future[LiveServer]] = {}
         self._results: dict[str, Future[Any]] = {}
-        #: Work held back until ``begin``: servers that would stand idle through the other work.
+        #: Work held back until ``begin_the_last``: servers that would stand idle through the other work.
         self._last: list[Callable[[], None]] = []
         self._running: subprocess.Popen[str] | None = None
         self._closed = threading.Event()
@@ -88,7 +89,8 @@ class EarlyWork:
         return self._results[name].result()
 
     def close(self) -> None:
-        """Drop the work not begun, end the run under way, and stop every server no test took."""
+        """Drop the work not begun, end the run under way, stop every server no test took, and
+        remove the work's folder."""
         self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         running = self._running
@@ -98,6 +100,7 @@ class EarlyWork:
         for started in self._servers.values():
             if started.done() and not started.cancelled() and started.exception() is None:
                 started.result().__exit__(None, None, None)
+        shutil.rmtree(self._folder, ignore_errors=True)
 
     def _run(self, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
         if self._closed.is_set():
