@@ -13,7 +13,7 @@ import json
 import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import CompiledGrammar, EngineSpec, JsonOptions
@@ -29,6 +29,9 @@ from tokenmold.grammar.shape import Shape, ShapeKind
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.grammar.vocabulary import Vocabulary
 from tokenmold.grammar.worker import CompileTask, PoolStats, WorkerPool, compile_task, default_workers
+
+if TYPE_CHECKING:
+    from tokenmold.grammar.backends.llguidance_text import ByteGrammar
 
 #: Bump when the normalizer or grammar generation changes what a key compiles to.
 COMPILER_VERSION = "4"
@@ -76,12 +79,17 @@ class CompiledShape:
     token_grammar: CompiledGrammar | None = field(default=None, compare=False, repr=False)
 
     @cached_property
-    def text_grammar(self) -> CompiledGrammar:
-        """The same grammar compiled without a vocabulary: cheap, used to check whole texts of
-        EBNF, regex and choice shapes (always compiled by xgrammar; JSON is checked by jsonschema)."""
+    def text_grammar(self) -> CompiledGrammar | ByteGrammar:
+        """The same grammar compiled without the model's vocabulary: cheap, used to check whole
+        texts of grammar, regex, choice and structural-tag shapes (JSON is checked by jsonschema):
+        xgrammar's EBNF with no vocabulary, llguidance's grammar over bytes (``llguidance_text``)."""
+        from tokenmold.grammar.backends.llguidance_text import ByteGrammar
         from tokenmold.grammar.backends.xgrammar import XGrammarBackend
         from tokenmold.grammar.vocabulary import EMPTY_VOCABULARY
 
+        parsed = self.engine_spec.llguidance
+        if parsed is not None:
+            return ByteGrammar(parsed.grammar)
         if self.engine_spec.backend != "xgrammar":
             raise ValueError(f"text checks need an xgrammar grammar, this one is {self.engine_spec.backend}'s")
         return XGrammarBackend(EMPTY_VOCABULARY).compile_ebnf(self.engine_spec.text)
@@ -120,7 +128,8 @@ class ShapeCompiler:
         non-strict objects and long strings, and no valid instance rejected), falling back to
         xgrammar for what llguidance refuses; tool sets too (128 functions in ~50 ms where
         xgrammar's structural tags take over 10 s: ``tokenmold bench tools``); EBNF (xgrammar's
-        dialect), regexes and choices go to xgrammar.
+        dialect), regexes and choices go to xgrammar. Whatever this says, Lark grammars go to
+        llguidance and structural tags to xgrammar: each is the one engine that reads them in full.
     guards:
         ``True`` (default): llguidance's grammars leave the keywords the guards hold to them
         (``tokenmold.grammar.guards``), and a JSON shape with an explicitly open object gets the
@@ -241,6 +250,10 @@ class ShapeCompiler:
 
     def _backends_for(self, shape: Shape, options: CompileOptions) -> tuple[str, ...]:
         """The backends to try, in order (see the class docstring for why)."""
+        if shape.kind is ShapeKind.LARK:  # whatever the backend: only llguidance reads Lark in full
+            return ("llguidance",)
+        if shape.kind is ShapeKind.STRUCTURAL_TAG:  # whatever the backend: xgrammar's own format
+            return ("xgrammar",)
         if self.backend_name != "auto":
             return (self.backend_name,)
         if shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS):
@@ -264,7 +277,8 @@ class ShapeCompiler:
                     lane = estimate_lane(task, source_bytes)
                     spec, memory = self._pool.run(task, self.limits.compile_timeout_s, lane)
                     return None, spec, memory
-                grammar = compile_task(self._backends[name], task)
+                backend = self._backends.get(name) or self._backends.setdefault(name, get_backend(name)(self.vocab))
+                grammar = compile_task(backend, task)
                 return grammar, grammar.engine_spec, grammar.memory_bytes
             except (LimitExceeded, CompileTimeout):
                 raise

@@ -39,9 +39,9 @@ def estimate_lane(task: CompileTask, source_bytes: int) -> Lane:
         return (
             Lane.HEAVY if many or (task.backend == "xgrammar" and source_bytes > _XGRAMMAR_JSON_BYTES) else Lane.CHEAP
         )
-    if task.kind == "json_schema":
+    if task.kind in ("json_schema", "structural_tag"):
         return Lane.HEAVY if task.backend == "xgrammar" and source_bytes > _XGRAMMAR_JSON_BYTES else Lane.CHEAP
-    if task.kind in ("regex", "ebnf"):
+    if task.kind in ("regex", "ebnf", "lark"):
         return Lane.HEAVY if _largest_repeat(str(task.payload)) > _LARGE_REPEAT else Lane.CHEAP
     if task.kind == "choice":
         return Lane.HEAVY if len(task.payload) > _MANY_CHOICES else Lane.CHEAP

@@ -1,9 +1,9 @@
 """One value type for every kind of output shape a caller can ask for.
 
 A ``Shape`` is what the caller meant, before normalization: the JSON Schema as given (dict or text),
-a pydantic model (kept so the validation layer can run it), an EBNF grammar, a regex, a choice
-list, or a set of callable tools (``tokenmold.grammar.tools.ToolCalls``). Constructors check only the form of
-the input; everything semantic happens in ``normalize`` and ``compiler``.
+a pydantic model (kept so the validation layer can run it), an EBNF or Lark grammar, an xgrammar
+structural tag, a regex, a choice list, or a set of callable tools (``tokenmold.grammar.tools.ToolCalls``).
+Constructors check only the form of the input; everything semantic happens in ``normalize`` and ``compiler``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,9 @@ from typing import Any
 
 import orjson
 
+from tokenmold.grammar.dialect import Dialect, grammar_dialect
 from tokenmold.grammar.errors import SchemaError, ShapeError
+from tokenmold.grammar.structural_tag import read_structural_tag
 from tokenmold.grammar.toolformats import HERMES, ToolFormat
 from tokenmold.grammar.tools import Tool, ToolCalls
 
@@ -28,6 +30,8 @@ class ShapeKind(str, enum.Enum):
     REGEX = "regex"
     CHOICE = "choice"
     TOOLS = "tools"
+    LARK = "lark"
+    STRUCTURAL_TAG = "structural_tag"
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,8 @@ class Shape:
     """An output shape. Build it with one of the ``from_*`` constructors."""
 
     kind: ShapeKind
-    #: JSON Schema (as a dict) for JSON_SCHEMA; the grammar/regex text; the choices; a ToolCalls.
+    #: JSON Schema (as a dict) for JSON_SCHEMA; the grammar/regex text; the choices; a ToolCalls; the
+    #: structural tag (a dict).
     source: Any
     #: The pydantic model class a JSON_SCHEMA shape came from, if any (validated after the schema).
     pydantic_model: type | None = field(default=None, compare=False)
@@ -69,6 +74,26 @@ class Shape:
         if not isinstance(grammar, str) or not grammar.strip():
             raise ShapeError("an EBNF grammar must be a non-empty string")
         return cls(ShapeKind.EBNF, grammar)
+
+    @classmethod
+    def from_lark(cls, grammar: str) -> Shape:
+        """A Lark grammar in llguidance's dialect, rooted at ``start``."""
+        if not isinstance(grammar, str) or not grammar.strip():
+            raise ShapeError("a Lark grammar must be a non-empty string")
+        return cls(ShapeKind.LARK, grammar)
+
+    @classmethod
+    def from_grammar(cls, grammar: str) -> Shape:
+        """A grammar in either dialect, told apart by ``tokenmold.grammar.dialect``'s rule (the
+        ``grammar`` request fields, which name no dialect)."""
+        if isinstance(grammar, str) and grammar_dialect(grammar) is Dialect.EBNF:
+            return cls.from_ebnf(grammar)
+        return cls.from_lark(grammar)
+
+    @classmethod
+    def from_structural_tag(cls, tag: str | dict[str, Any]) -> Shape:
+        """An xgrammar structural tag (``tokenmold.grammar.structural_tag``), as JSON text or a dict."""
+        return cls(ShapeKind.STRUCTURAL_TAG, read_structural_tag(tag))
 
     @classmethod
     def from_regex(cls, pattern: str) -> Shape:
@@ -129,6 +154,8 @@ class Shape:
             return canonical_json(list(self.source))
         if self.kind is ShapeKind.TOOLS:
             return canonical_json(self.source.as_dict())
+        if self.kind is ShapeKind.STRUCTURAL_TAG:
+            return canonical_json(self.source)
         return str(self.source).encode()
 
 

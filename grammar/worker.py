@@ -97,6 +97,10 @@ def compile_task(backend: Any, task: CompileTask) -> Any:
         return backend.compile_choice(tuple(task.payload))
     if task.kind == "tools":
         return backend.compile_tools(task.payload, task.options)
+    if task.kind == "lark":
+        return backend.compile_lark(task.payload)
+    if task.kind == "structural_tag":
+        return backend.compile_structural_tag(task.payload)
     raise ValueError(f"unknown task kind {task.kind!r}")
 
 

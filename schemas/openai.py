@@ -175,14 +175,16 @@ class StructuredOutputs(_Body):
     json_: dict[str, Any] | bool | str | None = Field(default=None, alias="json")
     regex: str | None = None
     choice: list[str] | None = None
+    #: A grammar in xgrammar's EBNF or in Lark (``tokenmold.grammar.dialect`` tells them apart).
     grammar: str | None = None
     json_object: bool | None = None
+    #: An xgrammar structural tag, as JSON text (vLLM's type) or an object.
+    structural_tag: str | dict[str, Any] | None = None
     #: Compact JSON (no whitespace between tokens).
     disable_any_whitespace: bool = False
     # Refused when set (service/api/fields.py says why).
     disable_additional_properties: bool = False
     whitespace_pattern: str | None = None
-    structural_tag: str | None = None
 
 
 class PredictionContent(_Body):
@@ -196,7 +198,11 @@ class GenerationRequest(_Body):
     model: str
     # Output shape: at most one of these.
     response_format: ResponseFormat | None = None
-    grammar: str | None = Field(default=None, description="EBNF grammar (xgrammar/GBNF dialect, rule `root`).")
+    grammar: str | None = Field(
+        default=None,
+        description="A grammar: xgrammar's EBNF (GBNF-like, rule `root`) when a line begins with a `name ::=` rule "
+        "definition, otherwise Lark (llguidance's dialect, rule `start`).",
+    )
     regex: str | None = None
     choice: list[str] | None = None
     max_extra_properties: int | None = Field(

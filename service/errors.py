@@ -26,6 +26,16 @@ class RequestError(Exception):
         self.param = param
 
 
+class ShapeFieldError(RequestError):
+    """A shape field whose value is not of its form (a structural tag that is not JSON, a schema
+    that is not an object): the grammar layer's error, with its code, named by the request's field
+    (the error is raised while the request is read, before the compile that names it otherwise)."""
+
+    def __init__(self, message: str, *, code: str, param: str) -> None:
+        super().__init__(message, param=param)
+        self.code = code
+
+
 class PromptTooLong(RequestError):
     code = "context_length_exceeded"
 

@@ -3,11 +3,12 @@
 Order of checks: the finish reason (``length`` means truncated, whatever the text looks like), then
 for JSON shapes strict parsing, ``jsonschema`` against the caller's original schema (format checking
 on, draft from ``$schema``, default 2020-12), then the pydantic model if one was given; for EBNF,
-regex and choice shapes the grammar must accept the whole text and the generation must have ended
-on a stop token; for tool calls every call is parsed out of its tags and checked like JSON output
-against its function (the value is the list of calls, error paths point into it). The grammar mask
-makes most checks pass by construction; they exist for what the mask cannot enforce (the keyword
-report's ``validated_only``) and for engines that misbehave.
+Lark, regex and choice shapes the grammar must accept the whole text and the generation must have
+ended on a stop token, and for structural tags also each tag's JSON its schema; for tool calls
+every call is parsed out of its tags and checked like JSON output against its function (the value
+is the list of calls, error paths point into it). The grammar mask makes most checks pass by
+construction; they exist for what the mask cannot enforce (the keyword report's
+``validated_only``) and for engines that misbehave.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import jsonschema
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
 from tokenmold.grammar.fit.replay import FitOutcome
 from tokenmold.grammar.json_pointer import pointer_to
+from tokenmold.grammar.structural_tag import schema_tags
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
@@ -104,6 +106,8 @@ def judge(
         value, errors = check_json(text, compiled.shape.source, compiled.shape.pydantic_model)
     elif compiled.shape.kind is ShapeKind.TOOLS:
         value, errors = check_tool_calls(text, compiled.shape.source)
+    elif compiled.shape.kind is ShapeKind.STRUCTURAL_TAG:
+        errors = _check_grammar(text, compiled, stop_reason) or check_schema_tags(text, compiled.shape.source)
     else:
         errors = _check_grammar(text, compiled, stop_reason)
     if errors:
@@ -183,6 +187,26 @@ def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[Verdi
     ]
     errors += [VerdictError(path=path, keyword=key, message=text) for found, path, key, text in problems if found]
     return values, errors[:MAX_ERRORS]
+
+
+def check_schema_tags(text: str, tag: dict[str, Any]) -> list[VerdictError]:
+    """The JSON inside each tag of a structural tag whose content has a schema, checked against it
+    (text outside the tags is free). Each tag is found by its begin string and runs to the first of
+    its end strings; the errors' paths are ``/<n>`` (the n-th such tag in the text) and below."""
+    found = []
+    for spec in schema_tags(tag):
+        at = text.find(spec.begin)
+        while at >= 0:
+            start = at + len(spec.begin)
+            ends = [(i, end) for end in spec.ends if (i := text.find(end, start)) >= 0]
+            stop, end = min(ends) if ends else (len(text), "")
+            found.append((at, text[start:stop], spec.schema))
+            at = text.find(spec.begin, stop + len(end)) if ends else -1
+    errors: list[VerdictError] = []
+    for n, (_, body, schema) in enumerate(sorted(found, key=lambda item: item[0])):
+        _, own = check_json(body, schema)
+        errors += [error.model_copy(update={"path": f"/{n}{error.path}"}) for error in own]
+    return errors[:MAX_ERRORS]
 
 
 def _check_grammar(text: str, compiled: CompiledShape, stop_reason: int | str | None) -> list[VerdictError]:

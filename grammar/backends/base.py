@@ -265,6 +265,14 @@ class Backend(ABC):
         """Exactly one of ``choices``: an alternation of string literals."""
         return self.compile_ebnf("root ::= " + " | ".join(ebnf_literal(c) for c in choices))
 
+    def compile_lark(self, lark: str) -> CompiledGrammar:
+        """Compile a Lark grammar in llguidance's dialect (``start`` rule)."""
+        raise UnsupportedFeature(f"the {self.name} backend cannot compile Lark grammars", keyword="lark")
+
+    def compile_structural_tag(self, tag: dict[str, Any]) -> CompiledGrammar:
+        """Compile an xgrammar structural tag (``tokenmold.grammar.structural_tag``)."""
+        raise UnsupportedFeature(f"the {self.name} backend cannot compile structural tags", keyword="structural_tag")
+
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> CompiledGrammar:
         """Tool calls in the tagged format of ``tokenmold.grammar.tools`` (parameters already normalized;
         each tool's ``strict`` overrides ``options.strict_properties``). Free text with optional

@@ -42,6 +42,12 @@ def _clean(exc: Exception) -> str:
     return _LOG_PREFIX.sub("", str(exc)).strip()
 
 
+def _first_line(exc: Exception) -> str:
+    """The first line of xgrammar's message (pydantic's are long tables)."""
+    lines = _clean(exc).splitlines()
+    return " ".join(lines[:3]) if lines else type(exc).__name__
+
+
 def _undecodable(text: str) -> str:
     """The message for xgrammar errors whose own text cannot be decoded: xgrammar 0.2.8 cuts its
     message inside a multi-byte character and the binding raises UnicodeDecodeError (found by
@@ -175,6 +181,22 @@ class XGrammarBackend(Backend):
             raise CompileFailed(
                 f"xgrammar cannot build the tool-call grammar: {_clean(exc)}", keyword="tools"
             ) from None
+        return self._compile(grammar)
+
+    def compile_structural_tag(self, tag: dict[str, Any]) -> XGrammarCompiled:
+        """Either form vLLM accepts: the legacy ``structures`` and ``triggers`` go through xgrammar's
+        own conversion (``from_structural_tag(tags, triggers)``), as in vLLM's xgrammar backend."""
+        try:
+            if "structures" in tag:
+                items = [
+                    xgr.StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"])
+                    for s in tag["structures"]
+                ]
+                grammar = xgr.Grammar.from_structural_tag(items, tag["triggers"])
+            else:
+                grammar = xgr.Grammar.from_structural_tag(json.dumps(tag))
+        except (RuntimeError, ValueError, TypeError) as exc:  # pydantic's ValidationError is a ValueError
+            raise GrammarSyntaxError(f"xgrammar cannot build the structural tag: {_first_line(exc)}") from None
         return self._compile(grammar)
 
     def compile_ebnf(self, grammar: str) -> XGrammarCompiled:

@@ -68,6 +68,7 @@ def shape_fields(body: GenerationRequest) -> dict[str, Any]:
         "structured_outputs.grammar": so.grammar,
         "structured_outputs.regex": so.regex,
         "structured_outputs.choice": so.choice,
+        "structured_outputs.structural_tag": so.structural_tag,
         "guided_json": body.guided_json,
         "guided_regex": body.guided_regex,
         "guided_choice": body.guided_choice,
@@ -90,7 +91,6 @@ def check_generation_fields(body: GenerationRequest) -> None:
         ),
         ("structured_outputs.whitespace_pattern", so.whitespace_pattern, whitespace),
         ("guided_whitespace_pattern", body.guided_whitespace_pattern, whitespace),
-        ("structured_outputs.structural_tag", so.structural_tag, "use tools, or response_format / grammar"),
     ]
     for param, value, instead in unsupported:
         if value not in (None, False):

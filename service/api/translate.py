@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tokenmold.grammar import CompileOptions, Shape, ShapeKind
+from tokenmold.grammar import CompileOptions, Shape, ShapeError, ShapeKind
 from tokenmold.grammar.toolformats import CallDelta, ParsedCall, StreamPiece, ToolCallStream, ToolFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.openai import (
@@ -45,7 +45,7 @@ from tokenmold.schemas.openai import (
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api.fields import check_chat_fields, check_completion_fields, function_tools, shape_fields
-from tokenmold.service.errors import RequestError
+from tokenmold.service.errors import RequestError, ShapeFieldError
 from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.runtime import GenerationResult, Prompt, StreamDelta
 from tokenmold.service.tools import chat_messages, tool_answer, tool_shape, tools_or_format
@@ -134,6 +134,16 @@ def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions
     if not given:
         return None, CompileOptions(**layout), None
     name, value = next(iter(given.items()))
+    try:
+        return _shape_of(name, value, so, layout)
+    except ShapeError as exc:
+        raise ShapeFieldError(str(exc), code=exc.code, param=name) from None
+
+
+def _shape_of(
+    name: str, value: Any, so: StructuredOutputs, layout: dict[str, Any]
+) -> tuple[Shape, CompileOptions, str]:
+    """The shape of the one shape field given, ``name`` spelled as the request spelled it."""
     if isinstance(value, JsonSchemaFormat):
         shape = Shape.from_json_schema(value.json_schema.schema_)
         return (
@@ -148,7 +158,9 @@ def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions
     if kind in ("json", "json_object"):
         return Shape.from_json_schema(value), compact, name
     if kind == "grammar":
-        return Shape.from_ebnf(value), compact, name
+        return Shape.from_grammar(value), compact, name
+    if kind == "structural_tag":
+        return Shape.from_structural_tag(value), compact, name
     if kind == "regex":
         return Shape.from_regex(value), compact, name
     return Shape.from_choice(value), compact, name
