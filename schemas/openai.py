@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from tokenmold.schemas.verdict import KeywordReport, Usage, VerdictError, VerdictStatus
 
@@ -62,15 +62,41 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+class CustomCall(BaseModel):
+    name: str
+    #: The free-form input, as the tool's format shaped it.
+    input: str
+
+
+class CustomToolCall(BaseModel):
+    """A call of a custom tool (``tokenmold.service.custom_tools``)."""
+
+    id: str
+    type: Literal["custom"] = "custom"
+    custom: CustomCall
+
+
 class ChatMessage(BaseModel):
     """One message. Unknown fields are ignored here (clients replay the assistant messages they got,
-    with ``refusal``, ``annotations`` and the like)."""
+    with ``refusal``, ``annotations`` and the like). Replayed calls of custom tools are kept apart,
+    in ``custom_tool_calls``, so that ``tool_calls`` holds function calls only."""
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None
     tool_call_id: str | None = None
+    custom_tool_calls: list[CustomToolCall] | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _custom_calls_apart(cls, data: Any) -> Any:
+        calls = data.get("tool_calls") if isinstance(data, dict) else None
+        if not isinstance(calls, list) or not any(isinstance(c, dict) and c.get("type") == "custom" for c in calls):
+            return data
+        custom = [c for c in calls if isinstance(c, dict) and c.get("type") == "custom"]
+        rest = [c for c in calls if not (isinstance(c, dict) and c.get("type") == "custom")]
+        return {**data, "tool_calls": rest or None, "custom_tool_calls": custom}
 
 
 class FunctionDefinition(_Body):
@@ -93,11 +119,35 @@ class ToolDefinition(_Body):
         return bool(self.function.strict if self.strict is None else self.strict)
 
 
-class CustomToolDefinition(BaseModel):
-    """OpenAI's free-form (custom) tool: accepted by the body so that the refusal can name it."""
+class CustomTextFormat(_Body):
+    """The input is free text."""
+
+    type: Literal["text"]
+
+
+class CustomGrammar(_Body):
+    #: ``lark``: llguidance's Lark dialect (rule ``start``); ``regex``: the whole input matches it.
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class CustomGrammarFormat(_Body):
+    type: Literal["grammar"]
+    grammar: CustomGrammar
+
+
+class CustomTool(_Body):
+    name: str
+    description: str | None = None
+    #: How the input is shaped; absent means free text.
+    format: Annotated[CustomTextFormat | CustomGrammarFormat, Field(discriminator="type")] | None = None
+
+
+class CustomToolDefinition(_Body):
+    """OpenAI's custom (free-form) tool: its input is text, free or held to a grammar."""
 
     type: Literal["custom"]
-    custom: dict[str, Any]
+    custom: CustomTool
 
 
 AnyToolDefinition = Annotated[ToolDefinition | CustomToolDefinition, Field(discriminator="type")]
@@ -125,9 +175,13 @@ class AllowedToolsChoice(_Body):
     allowed_tools: AllowedTools
 
 
-class NamedCustomToolChoice(BaseModel):
+class CustomName(_Body):
+    name: str
+
+
+class NamedCustomToolChoice(_Body):
     type: Literal["custom"]
-    custom: dict[str, Any]
+    custom: CustomName
 
 
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
@@ -324,7 +378,7 @@ class AssistantMessage(BaseModel):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     refusal: str | None = None
-    tool_calls: list[ToolCall] | None = None
+    tool_calls: list[ToolCall | CustomToolCall] | None = None
     reasoning_content: str | None = None
 
 
@@ -369,11 +423,26 @@ class ToolCallDelta(_Sparse):
     function: FunctionCallDelta
 
 
+class CustomCallDelta(_Sparse):
+    name: str | None = None
+    input: str | None = None
+
+
+class CustomToolCallDelta(_Sparse):
+    """A piece of a custom tool's call ``index``: the first carries ``id``, ``type`` and the tool's
+    name, the next ones fragments of its input."""
+
+    index: int
+    id: str | None = None
+    type: Literal["custom"] | None = None
+    custom: CustomCallDelta
+
+
 class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning_content: str | None = None
-    tool_calls: list[ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta | CustomToolCallDelta] | None = None
 
 
 class ChatChunkChoice(BaseModel):

@@ -60,6 +60,23 @@ class FunctionCallOutputItem(_Item):
     output: str | list[TextPart]
 
 
+class CustomToolCallItem(_Item):
+    """A call of a custom tool the model made earlier."""
+
+    type: Literal["custom_tool_call"]
+    call_id: str
+    name: str
+    input: str
+
+
+class CustomToolCallOutputItem(_Item):
+    """The result of a custom tool's call, fed back to the model."""
+
+    type: Literal["custom_tool_call_output"]
+    call_id: str
+    output: str | list[TextPart]
+
+
 class ReasoningItem(_Item):
     """A replayed reasoning item: accepted and dropped (chat templates drop earlier thinking too)."""
 
@@ -84,6 +101,8 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_type),
@@ -104,8 +123,40 @@ class FunctionTool(_Body):
     output_schema: dict[str, Any] | None = None
 
 
+class CustomTextFormat(_Body):
+    type: Literal["text"]
+
+
+class CustomGrammarFormat(_Body):
+    """The chat API's ``{"type": "grammar", "grammar": {"syntax", "definition"}}``, flattened."""
+
+    type: Literal["grammar"]
+    syntax: Literal["lark", "regex"]
+    definition: str
+
+
+class CustomTool(_Body):
+    """A custom tool: its input is free text or held to a grammar (``service/custom_tools.py``)."""
+
+    type: Literal["custom"]
+    name: str
+    description: str | None = None
+    format: Annotated[CustomTextFormat | CustomGrammarFormat, Field(discriminator="type")] | None = None
+    # Accepted and ignored.
+    defer_loading: bool | None = None
+    allowed_callers: list[str] | None = None
+
+
+AnyTool = Annotated[FunctionTool | CustomTool, Field(discriminator="type")]
+
+
 class FunctionChoice(_Body):
     type: Literal["function"]
+    name: str
+
+
+class CustomChoice(_Body):
+    type: Literal["custom"]
     name: str
 
 
@@ -117,7 +168,10 @@ class AllowedTools(_Body):
     tools: list[FunctionChoice]
 
 
-ResponsesToolChoice = Literal["none", "auto", "required"] | FunctionChoice | AllowedTools
+ResponsesToolChoice = (
+    Literal["none", "auto", "required"]
+    | Annotated[FunctionChoice | CustomChoice | AllowedTools, Field(discriminator="type")]
+)
 
 
 class TextFormatText(_Body):
@@ -152,7 +206,7 @@ class ResponsesRequest(_Body):
     input: str | list[InputItem]
     instructions: str | None = None
     text: TextConfig | None = None
-    tools: list[FunctionTool] | None = None
+    tools: list[AnyTool] | None = None
     tool_choice: ResponsesToolChoice | None = None
     parallel_tool_calls: bool | None = None
     max_output_tokens: int | None = Field(default=None, ge=1)
@@ -270,7 +324,18 @@ class OutputReasoning(BaseModel):
     status: ItemStatus
 
 
-OutputItem = Annotated[OutputMessage | OutputFunctionCall | OutputReasoning, Field(discriminator="type")]
+class OutputCustomToolCall(BaseModel):
+    type: Literal["custom_tool_call"] = "custom_tool_call"
+    id: str
+    call_id: str
+    name: str
+    input: str
+    status: ItemStatus
+
+
+OutputItem = Annotated[
+    OutputMessage | OutputFunctionCall | OutputCustomToolCall | OutputReasoning, Field(discriminator="type")
+]
 
 
 class InputTokensDetails(BaseModel):
@@ -311,7 +376,7 @@ class ResponseObject(BaseModel):
     temperature: float | None = None
     top_p: float | None = None
     tool_choice: ResponsesToolChoice = "auto"
-    tools: list[FunctionTool] = Field(default_factory=list)
+    tools: list[AnyTool] = Field(default_factory=list)
     text: TextConfig = Field(default_factory=lambda: TextConfig(format=TextFormatText(type="text")))
     truncation: Literal["auto", "disabled"] = "disabled"
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -387,3 +452,17 @@ class ArgumentsDoneEvent(ResponseEvent):
     output_index: int
     name: str
     arguments: str
+
+
+class CustomInputDeltaEvent(ResponseEvent):
+    type: Literal["response.custom_tool_call_input.delta"] = "response.custom_tool_call_input.delta"
+    item_id: str
+    output_index: int
+    delta: str
+
+
+class CustomInputDoneEvent(ResponseEvent):
+    type: Literal["response.custom_tool_call_input.done"] = "response.custom_tool_call_input.done"
+    item_id: str
+    output_index: int
+    input: str

@@ -86,8 +86,8 @@ def test_a_truly_unknown_field_is_refused_by_name() -> None:
         ({"moderation": {"model": "omni-moderation-latest"}}, "moderation"),
         ({"functions": [{"name": "f"}]}, "functions"),
         ({"function_call": "auto"}, "function_call"),
-        ({"tools": [{"type": "custom", "custom": {"name": "sql"}}]}, "tools[0]"),
-        ({"tools": [TOOL], "tool_choice": {"type": "custom", "custom": {"name": "sql"}}}, "tool_choice"),
+        ({"tools": [{"type": "custom", "custom": {"name": "sql"}}, TOOL]}, "tool_choice"),
+        ({"tools": [TOOL], "tool_choice": {"type": "custom", "custom": {"name": "sql"}}}, "tool_choice.custom.name"),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
             "messages[0].content[0].type",

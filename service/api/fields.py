@@ -4,7 +4,7 @@ and the field forms that reduce to simpler ones (``allowed_tools``).
 The body models accept every field of today's OpenAI chat-completions and completions requests (a
 client library sends them unasked) and vLLM's extensions. Those with no effect on the output here
 (service tiers, cache keys, reasoning effort...) are ignored; those whose request could not be met
-(audio out, images in, web search, moderation, custom tools...) are a 400 naming the field, because
+(audio out, images in, web search, moderation...) are a 400 naming the field, because
 answering without doing what was asked would be a silent lie. docs/api.md has the full table.
 
 vLLM's own checks of the same bodies (the validators of its request models, in
@@ -122,17 +122,13 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
     _check_named_choice(body)
     for i, tool in enumerate(body.tools or []):
         if isinstance(tool, CustomToolDefinition):
-            raise RequestError(
-                f"tools[{i}]: custom (free-form) tools are not supported; define a function tool", param=f"tools[{i}]"
-            )
+            continue  # when it is called: service/custom_tools.py
         if None not in (tool.strict, tool.function.strict) and tool.strict != tool.function.strict:
             raise RequestError(
                 f"tools[{i}].strict ({tool.strict}) contradicts tools[{i}].function.strict ({tool.function.strict}); "
                 "give strict in one place",
                 param=f"tools[{i}].strict",
             )
-    if isinstance(body.tool_choice, NamedCustomToolChoice):
-        raise RequestError("tool_choice names a custom tool; only function tools are supported", param="tool_choice")
     reserved = sorted(RESERVED_TEMPLATE_KWARGS & set(body.chat_template_kwargs or {}))
     if reserved:
         raise RequestError(
@@ -146,13 +142,13 @@ def _check_named_choice(body: ChatCompletionRequest) -> None:
     constraint beside it could not be met: refused, as vLLM refuses ``structured_outputs`` with one.
     A ``response_format`` is left to apply to a later turn's answer (vLLM drops it too, and agent
     frameworks send one with every request)."""
-    if not isinstance(body.tool_choice, NamedToolChoice):
+    if not isinstance(body.tool_choice, NamedToolChoice | NamedCustomToolChoice):
         return
     constraints = [name for name in shape_fields(body) if name != "response_format"]
     if constraints:
         raise RequestError(
-            f"{constraints[0]} cannot be combined with a named tool_choice: the call's arguments are the "
-            "whole output, shaped by the function's parameters; send one or the other",
+            f"{constraints[0]} cannot be combined with a named tool_choice: the call's arguments (a custom "
+            "tool's input) are the whole output, shaped by the tool's own definition; send one or the other",
             param=constraints[0],
         )
 
@@ -173,7 +169,8 @@ def function_tools(body: ChatCompletionRequest) -> tuple[list[ToolDefinition] | 
     """The function tools the answer may call and the effective ``tool_choice``.
 
     ``allowed_tools`` reduces to its ``mode`` over the named subset of ``tools`` (the others are
-    neither shown nor callable). Call after ``check_chat_fields`` (no custom tools are left).
+    neither shown nor callable). Call after ``service.custom_tools.called_custom_tool``
+    (no custom tool is called).
     """
     tools = [tool for tool in body.tools or [] if isinstance(tool, ToolDefinition)] or None
     choice = body.tool_choice

@@ -11,6 +11,7 @@ whatever the chat path learns (tool formats, streamed arguments) reaches this AP
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import replace
 
@@ -24,12 +25,19 @@ from tokenmold.schemas.openai import (
     ChatCompletionRequest,
     ChatMessage,
     ChoiceVerdict,
+    CustomCall,
+    CustomGrammar,
+    CustomName,
+    CustomToolCall,
+    CustomToolCallDelta,
+    CustomToolDefinition,
     FunctionCall,
     FunctionDefinition,
     FunctionName,
     JsonObjectFormat,
     JsonSchemaFormat,
     JsonSchemaSpec,
+    NamedCustomToolChoice,
     NamedToolChoice,
     ResponseFormat,
     TokenLogprob,
@@ -38,19 +46,30 @@ from tokenmold.schemas.openai import (
     ToolDefinition,
     Validation,
 )
+from tokenmold.schemas.openai import CustomGrammarFormat as ChatGrammarFormat
+from tokenmold.schemas.openai import CustomTool as ChatCustomTool
 from tokenmold.schemas.responses import (
     EXTENSIONS,
     AllowedTools,
     ArgumentsDeltaEvent,
     ArgumentsDoneEvent,
     ContentPartEvent,
+    CustomChoice,
+    CustomGrammarFormat,
+    CustomInputDeltaEvent,
+    CustomInputDoneEvent,
+    CustomTool,
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
     FunctionCallItem,
     FunctionCallOutputItem,
     FunctionChoice,
+    FunctionTool,
     IncompleteDetails,
     ItemReference,
     ItemStatus,
     MessageItem,
+    OutputCustomToolCall,
     OutputFunctionCall,
     OutputItem,
     OutputItemEvent,
@@ -92,7 +111,10 @@ _PARAMS = {
     "messages": "input",
     "max_completion_tokens": "max_output_tokens",
     "tool_choice.allowed_tools.tools": "tool_choice.tools",
+    "tool_choice.custom.name": "tool_choice.name",
 }
+#: A custom tool's grammar, ``tools[i].custom.format.grammar.definition`` in chat terms.
+_CUSTOM_GRAMMAR = re.compile(r"^tools\[(\d+)\]\.custom\.format\.grammar\.definition$")
 
 _LOGPROBS = "message.output_text.logprobs"
 
@@ -123,9 +145,16 @@ def responses_plan(body: ResponsesRequest, model: ModelInfo) -> Plan:
     try:
         plan = chat_plan(chat, model)
     except RequestError as exc:
-        exc.param = _PARAMS.get(exc.param or "", exc.param)
+        exc.param = _param(exc.param)
         raise
-    return replace(plan, shape_param=_PARAMS.get(plan.shape_param or "", plan.shape_param))
+    return replace(plan, shape_param=_param(plan.shape_param))
+
+
+def _param(chat_param: str | None) -> str | None:
+    """A chat request's field name as the Responses request names it."""
+    if chat_param is None:
+        return None
+    return _CUSTOM_GRAMMAR.sub(r"tools[\1].format.definition", _PARAMS.get(chat_param, chat_param))
 
 
 def _messages(body: ResponsesRequest) -> list[ChatMessage]:
@@ -142,7 +171,13 @@ def _messages(body: ResponsesRequest) -> list[ChatMessage]:
                 out[-1].tool_calls = [*(out[-1].tool_calls or []), call]
             else:
                 out.append(ChatMessage(role="assistant", tool_calls=[call]))
-        elif isinstance(item, FunctionCallOutputItem):
+        elif isinstance(item, CustomToolCallItem):
+            custom = CustomToolCall(id=item.call_id, custom=CustomCall(name=item.name, input=item.input))
+            if out and out[-1].role == "assistant":
+                out[-1].custom_tool_calls = [*(out[-1].custom_tool_calls or []), custom]
+            else:
+                out.append(ChatMessage(role="assistant", custom_tool_calls=[custom]))
+        elif isinstance(item, FunctionCallOutputItem | CustomToolCallOutputItem):
             out.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=_text(item.output)))
         elif isinstance(item, ItemReference):
             raise RequestError(
@@ -184,15 +219,32 @@ def _tools(body: ResponsesRequest) -> tuple[list[AnyToolDefinition] | None, AnyT
                 strict=True if t.strict is None else t.strict,
             ),
         )
+        if isinstance(t, FunctionTool)
+        else _custom_tool(t)
         for t in body.tools or []
     ]
     choice = body.tool_choice
     if isinstance(choice, FunctionChoice):
         return tools or None, _named(choice)
+    if isinstance(choice, CustomChoice):
+        return tools or None, NamedCustomToolChoice(type="custom", custom=CustomName(name=choice.name))
     if isinstance(choice, AllowedTools):
         allowed = ChatAllowedTools(mode=choice.mode, tools=[_named(entry) for entry in choice.tools])
         return tools or None, AllowedToolsChoice(type="allowed_tools", allowed_tools=allowed)
     return tools or None, choice
+
+
+def _custom_tool(tool: CustomTool) -> CustomToolDefinition:
+    """A custom tool in the chat API's form (its grammar one level deeper)."""
+    fmt = tool.format
+    grammar = (
+        ChatGrammarFormat(type="grammar", grammar=CustomGrammar(syntax=fmt.syntax, definition=fmt.definition))
+        if isinstance(fmt, CustomGrammarFormat)
+        else None
+    )
+    return CustomToolDefinition(
+        type="custom", custom=ChatCustomTool(name=tool.name, description=tool.description, format=grammar)
+    )
 
 
 def _named(choice: FunctionChoice) -> NamedToolChoice:
@@ -263,6 +315,10 @@ def response_from_chat(completion: ChatCompletion, shell: ResponseObject) -> Res
             arguments=call.function.arguments,
             status="completed",
         )
+        if isinstance(call, ToolCall)
+        else OutputCustomToolCall(
+            id=new_id("ctc"), call_id=call.id, name=call.custom.name, input=call.custom.input, status="completed"
+        )
         for call in message.tool_calls or []
     ]
     return finished(shell, output, finish=choice.finish_reason, usage=completion.usage, validation=choice.validation)
@@ -329,7 +385,7 @@ class ResponsesStream:
                 logprobs = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
                 out += self._part_delta("output_text", piece.content, logprobs)
             for call in piece.tool_calls or []:
-                out += self._call_delta(call)
+                out += self._custom_delta(call) if isinstance(call, CustomToolCallDelta) else self._call_delta(call)
             if choice.finish_reason is not None:
                 self._finish, self._validation = choice.finish_reason, choice.validation
                 out += self._close("incomplete" if self._finish == "length" else "completed")
@@ -397,6 +453,23 @@ class ResponsesStream:
             out.append(ArgumentsDeltaEvent(item_id=opened.id, output_index=index, delta=call.function.arguments))
         return out
 
+    def _custom_delta(self, call: CustomToolCallDelta) -> list[ResponseEvent]:
+        """A custom tool's call: opened by its first delta (id and name), grown by its input."""
+        out: list[ResponseEvent] = []
+        if self._open is None or self._open[1] != call.index:
+            item = OutputCustomToolCall(
+                id=new_id("ctc"), call_id=call.id or "", name=call.custom.name or "", input="", status="in_progress"
+            )
+            out += self._start(item, call.index)
+        assert self._open is not None
+        index = self._open[0]
+        opened = self.output[index]
+        assert isinstance(opened, OutputCustomToolCall)
+        if call.custom.input:
+            opened.input += call.custom.input
+            out.append(CustomInputDeltaEvent(item_id=opened.id, output_index=index, delta=call.custom.input))
+        return out
+
     def _close(self, status: ItemStatus) -> list[ResponseEvent]:
         """The open item's closing events; ``status`` is ``incomplete`` when the output was cut off
         (a call streamed so far and cut off by the token limit stays an incomplete item)."""
@@ -410,6 +483,8 @@ class ResponsesStream:
             out.append(
                 ArgumentsDoneEvent(item_id=item.id, output_index=index, name=item.name, arguments=item.arguments)
             )
+        elif isinstance(item, OutputCustomToolCall):
+            out.append(CustomInputDoneEvent(item_id=item.id, output_index=index, input=item.input))
         else:
             part = item.content[0]
             kind = part.type

@@ -31,6 +31,8 @@ from tokenmold.schemas.openai import (
     CompletionChoice,
     CompletionLogprobs,
     CompletionRequest,
+    CustomToolCall,
+    CustomToolCallDelta,
     FunctionCallDelta,
     GenerationRequest,
     JsonObjectFormat,
@@ -38,6 +40,7 @@ from tokenmold.schemas.openai import (
     StructuredOutputs,
     TextCompletion,
     TokenLogprob,
+    ToolCall,
     ToolCallDelta,
     TopLogprob,
     Validation,
@@ -45,6 +48,15 @@ from tokenmold.schemas.openai import (
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api.fields import check_chat_fields, check_completion_fields, function_tools, shape_fields
+from tokenmold.service.custom_tools import (
+    CalledTool,
+    CustomCallStream,
+    called_custom_tool,
+    custom_answer,
+    custom_instruction,
+    replayed,
+    with_instruction,
+)
 from tokenmold.service.errors import RequestError, ShapeFieldError
 from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.runtime import GenerationResult, Prompt, StreamDelta
@@ -61,6 +73,8 @@ class Plan:
     options: CompileOptions = CompileOptions()
     #: The request field the shape came from, named in a compile error's ``param``.
     shape_param: str | None = None
+    #: The custom tool the answer is a call of (``service/custom_tools.py``), if any.
+    custom_tool: CalledTool | None = None
 
     @property
     def tool_format(self) -> ToolFormat | None:
@@ -75,6 +89,9 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
     check_chat_fields(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
+    called = called_custom_tool(body)
+    if called is not None:
+        return _custom_plan(body, model, called)
     shape, options, param = _output_shape(body)
     tools, choice = function_tools(body)
     if choice != "none" and not tools:
@@ -85,7 +102,7 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
         param = "tools"
     written = functools.partial(
         chat_messages,
-        body.messages,
+        replayed(body.messages),
         tools=tools,
         choice=choice,
         template_renders_tools=model.template_renders_tools,
@@ -98,16 +115,35 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
     shorter = None
     if tools and choice != "none" and not model.template_renders_tools:
         shorter = Prompt(messages=written(signatures=True)[0], template_kwargs=body.chat_template_kwargs or {})
-    sampling = _sampling(
+    prompt = Prompt(
+        messages=messages, tools=template_tools, template_kwargs=body.chat_template_kwargs or {}, shorter=shorter
+    )
+    return Plan(prompt, shape, _chat_sampling(body, model), options, param)
+
+
+def _custom_plan(body: ChatCompletionRequest, model: ModelInfo, tool: CalledTool) -> Plan:
+    """The answer is the call of the custom tool ``tool``: its input, under its grammar if it has one
+    (``service/custom_tools.py``); a structured-output field beside it was refused before."""
+    messages, _ = chat_messages(
+        replayed(body.messages),
+        tools=None,
+        choice="none",
+        template_renders_tools=model.template_renders_tools,
+        tool_format=model.tool_format,
+    )
+    prompt = Prompt(
+        messages=with_instruction(messages, custom_instruction(tool)), template_kwargs=body.chat_template_kwargs or {}
+    )
+    return Plan(prompt, tool.shape, _chat_sampling(body, model), CompileOptions(), tool.param, custom_tool=tool)
+
+
+def _chat_sampling(body: ChatCompletionRequest, model: ModelInfo) -> SamplingOptions:
+    return _sampling(
         body,
         model,
         max_tokens=body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
     )
-    prompt = Prompt(
-        messages=messages, tools=template_tools, template_kwargs=body.chat_template_kwargs or {}, shorter=shorter
-    )
-    return Plan(prompt, shape, sampling, options, param)
 
 
 def completion_plan(body: CompletionRequest, model: ModelInfo) -> Plan:
@@ -228,10 +264,14 @@ def chat_response(result: GenerationResult, plan: Plan, *, model: str) -> ChatCo
     choices = []
     for c in result.completions:
         content: str | None = c.verdict.text
-        tool_calls, finish = None, c.verdict.finish_reason
+        tool_calls: list[ToolCall | CustomToolCall] | None = None
+        finish = c.verdict.finish_reason
         if plan.tool_format is not None:
             answer = tool_answer(c.verdict, tool_format=plan.tool_format)
-            content, tool_calls, finish = answer.content, answer.tool_calls, answer.finish_reason
+            content, tool_calls, finish = answer.content, list(answer.tool_calls or []) or None, answer.finish_reason
+        elif plan.custom_tool is not None:
+            custom = custom_answer(c.verdict, plan.custom_tool)
+            content, tool_calls, finish = custom.content, list(custom.tool_calls or []) or None, custom.finish_reason
         choices.append(
             ChatChoice(
                 index=c.index,
@@ -360,6 +400,7 @@ class ChatStream:
         self._opened: set[int] = set()
         self._calls: dict[int, ToolCallStream] = {}
         self._ids: dict[tuple[int, int], str] = {}
+        self._custom: dict[int, CustomCallStream] = {}
 
     def chunks(self, delta: StreamDelta) -> list[ChatCompletionChunk]:
         out = []
@@ -369,10 +410,14 @@ class ChatStream:
             out.append(self._chunk(ChatChunkChoice(index=delta.index, delta=ChatDelta(role="assistant", content=""))))
         self.state.count(delta)
         content: str | None = delta.text
-        tool_calls: list[ToolCallDelta] = []
+        tool_calls: list[ToolCallDelta | CustomToolCallDelta] = []
         finish, check = None, None
         fmt = self.plan.tool_format
-        if fmt is not None:
+        if self.plan.custom_tool is not None:
+            stream = self._custom.setdefault(delta.index, CustomCallStream(self.plan.custom_tool))
+            custom_calls, finish = stream.feed(delta.text, delta.verdict)
+            content, tool_calls = None, [*custom_calls]
+        elif fmt is not None:
             parser = self._calls.setdefault(delta.index, fmt.stream())
             piece = parser.feed(delta.text)
             if delta.verdict is not None:
