@@ -80,7 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     shape = gen.add_mutually_exclusive_group(required=True)
     shape.add_argument("--schema", metavar="FILE", help="JSON Schema file ('-' for stdin)")
     shape.add_argument("--pydantic", metavar="MODULE:CLASS", help="a pydantic model class")
-    shape.add_argument("--grammar", metavar="FILE", help="EBNF grammar file (xgrammar/GBNF dialect)")
+    shape.add_argument(
+        "--grammar", metavar="FILE", help="grammar file: EBNF (xgrammar/GBNF, rule `root`) or Lark (rule `start`)"
+    )
     shape.add_argument("--regex", metavar="RE", help="a regular expression for the whole output")
     shape.add_argument("--choice", metavar="A,B,...", help="comma-separated choices")
     gen.add_argument("--prompt", required=True, help="the user message")
@@ -313,7 +315,7 @@ def _shape_from_args(args: argparse.Namespace):  # -> grammar.Shape
     if args.schema is not None:
         return Shape.from_json_schema(_read(args.schema))
     if args.grammar is not None:
-        return Shape.from_ebnf(_read(args.grammar))
+        return Shape.from_grammar(_read(args.grammar))
     if args.regex is not None:
         return Shape.from_regex(args.regex)
     if args.choice is not None:
