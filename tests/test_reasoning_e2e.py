@@ -69,13 +69,15 @@ def client(reasoning_server: str) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{reasoning_server}/v1", api_key=KEY, max_retries=0, timeout=120)
 
 
-def _chat(client: openai.OpenAI, extra: dict[str, Any], **kwargs: Any) -> Any:
+def _chat(client: openai.OpenAI, extra: dict[str, Any], max_tokens: int = 48, **kwargs: Any) -> Any:
+    """The question, with a JSON Schema answer: room for 17 thinking tokens, the marker and the
+    answer (~15 tokens)."""
     return client.chat.completions.create(
         model=MODEL,
         messages=[{"role": "user", "content": QUESTION}],
         response_format=FORMAT,  # type: ignore[arg-type]
         temperature=0,
-        max_tokens=64,
+        max_tokens=max_tokens,
         extra_body=extra,
         **kwargs,
     )
@@ -129,7 +131,7 @@ def test_a_tool_call_follows_the_thinking(client: openai.OpenAI) -> None:
         tool_choice="required",
         parallel_tool_calls=False,
         temperature=0,
-        max_tokens=64,
+        max_tokens=48,
         extra_body={"chat_template": TEMPLATE, "thinking_token_budget": 8},
     )
     choice = completion.choices[0]
@@ -145,7 +147,7 @@ def _responses(client: openai.OpenAI, **kwargs: Any) -> Any:
         input=QUESTION,
         text={"format": {"type": "json_schema", "name": "animal", "schema": ANIMAL, "strict": True}},
         temperature=0,
-        max_output_tokens=64,
+        max_output_tokens=48,
         extra_body=THINKING,
         **kwargs,
     )
@@ -191,7 +193,7 @@ def test_reasoning_effort_none_answers_without_thinking(client: openai.OpenAI) -
 @pytest.mark.engine
 def test_without_a_budget_the_thinking_takes_every_token(client: openai.OpenAI) -> None:
     """What the budget prevents: SmolLM2 thinks on to ``max_tokens``; nothing is left to answer."""
-    completion = _chat(client, {"chat_template": TEMPLATE})
+    completion = _chat(client, {"chat_template": TEMPLATE}, max_tokens=32)
     choice = completion.choices[0]
     assert choice.finish_reason == "length" and not choice.message.content
     assert completion.usage is not None and completion.usage.completion_tokens_details is not None
