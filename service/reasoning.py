@@ -2,13 +2,20 @@
 
 With ``--reasoning-parser NAME`` vLLM leaves the thinking part unconstrained and applies the grammar
 only after the parser's end marker (``</think>`` for most models): its structured-output manager
-asks the parser, token by token, whether the thinking has ended (``should_advance`` in
-``vllm/v1/structured_output``), and only then feeds the grammar. The text that comes back holds
-both; the answer is what the shape describes, so only the answer is validated, and the thinking is
-returned beside it (``reasoning_content``). vLLM's parser supplies the markers and the token-level
-tests; the splitting is ours, on text, so that the blocking and the streaming paths split
-identically (vLLM's streaming parsers differ per model and return ``DeltaMessage`` objects of its
-own server).
+asks the parser, token by token, whether the thinking has ended (``_get_constraint_bounds`` and
+``accept_tokens`` in ``vllm/v1/structured_output/__init__.py``), and only then feeds the grammar
+(tokenmold's masks and guards wrap that grammar, so they start there too). The text that comes back
+holds both; the answer is what the shape describes, so only the answer is validated, and the
+thinking is returned beside it (``reasoning_content``). vLLM's parser supplies the markers and the
+token-level tests; the splitting is ours, on text, so that the blocking and the streaming paths
+split identically (vLLM's streaming parsers differ per model and return ``DeltaMessage`` objects of
+its own server).
+
+``thinking_token_budget`` is vLLM's own mechanism, not ours: ``--reasoning-parser`` also sets up
+vLLM's reasoning config, whose ``ThinkingBudgetStateHolder`` (``vllm/v1/sample``) counts the
+thinking and, once the budget is spent, forces the end marker's tokens in the sampler. That runs
+after the grammar's bitmask, which leaves every token open while the thinking lasts, so the two do
+not meet; the forced marker then opens the grammar like a written one.
 """
 
 from __future__ import annotations
