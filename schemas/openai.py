@@ -299,6 +299,8 @@ class GenerationRequest(_Body):
     guided_decoding_backend: str | None = None
     include_stop_str_in_output: bool | None = None
     stop_token_ids: list[int] | None = None
+    #: vLLM's cap on a reasoning model's thinking (needs --reasoning-parser; docs/api.md).
+    thinking_token_budget: int | None = None
     # tokenmold's budget fitting (docs/api.md).
     budget: Literal["default", "fit"] | None = None
     # Accepted for compatibility; they change nothing.
@@ -317,9 +319,13 @@ class ChatCompletionRequest(GenerationRequest):
     parallel_tool_calls: bool = True
     #: vLLM's extension: extra variables for the chat template (e.g. ``enable_thinking``).
     chat_template_kwargs: dict[str, Any] | None = None
+    #: vLLM's extension: a chat template of the request's own (needs --trust-request-chat-template).
+    chat_template: str | None = None
+    #: Reaches the chat template as ``reasoning_effort``, and as ``enable_thinking`` (false for
+    #: "none") unless chat_template_kwargs sets that, as vLLM does.
+    reasoning_effort: str | None = None
     # Accepted for compatibility; they change nothing (docs/api.md).
     service_tier: str | None = None
-    reasoning_effort: str | None = None
     verbosity: Literal["low", "medium", "high"] | None = None
     prompt_cache_key: str | None = None
     prompt_cache_options: dict[str, Any] | None = None
@@ -379,7 +385,39 @@ class AssistantMessage(BaseModel):
     content: str | None = None
     refusal: str | None = None
     tool_calls: list[ToolCall | CustomToolCall] | None = None
+    #: The thinking of a reasoning model, under both names clients read: ``reasoning_content``
+    #: (DeepSeek's, older vLLM) and ``reasoning`` (current vLLM).
     reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0
+
+
+class ChatUsage(Usage):
+    """OpenAI's chat usage: with a reasoning model's thinking counted apart, its end marker
+    included (``completion_tokens_details.reasoning_tokens``, only when there was thinking)."""
+
+    completion_tokens_details: CompletionTokensDetails | None = None
+
+    @model_serializer(mode="wrap")
+    def _details_when_thinking(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without thinking, the usage of a model that does not reason: the three counts only."""
+        out: dict[str, Any] = handler(self)
+        if out.get("completion_tokens_details") is None:
+            out.pop("completion_tokens_details", None)
+        return out
+
+    @classmethod
+    def of(cls, prompt: int, completion: int, reasoning: int = 0) -> ChatUsage:
+        details = CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning else None
+        return cls(
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            total_tokens=prompt + completion,
+            completion_tokens_details=details,
+        )
 
 
 class ChatChoice(BaseModel):
@@ -396,7 +434,7 @@ class ChatCompletion(BaseModel):
     created: int
     model: str
     choices: list[ChatChoice]
-    usage: Usage
+    usage: ChatUsage
 
 
 class _Sparse(BaseModel):
@@ -442,6 +480,7 @@ class ChatDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
     reasoning_content: str | None = None
+    reasoning: str | None = None
     tool_calls: list[ToolCallDelta | CustomToolCallDelta] | None = None
 
 
@@ -459,7 +498,7 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChatChunkChoice]
-    usage: Usage | None = None
+    usage: ChatUsage | None = None
 
 
 class CompletionLogprobs(BaseModel):

@@ -233,6 +233,8 @@ class ResponsesRequest(_Body):
     prompt_cache_options: dict[str, Any] | None = None
     service_tier: str | None = None
     truncation: Literal["auto", "disabled"] | None = None
+    #: ``effort`` reaches the chat template as the chat API's ``reasoning_effort`` does; the rest
+    #: (``summary``) changes nothing.
     reasoning: dict[str, Any] | None = None
     max_tool_calls: int | None = None
     context_management: list[dict[str, Any]] | None = None
@@ -255,8 +257,10 @@ class ResponsesRequest(_Body):
     # vLLM's extensions (as in the chat API), so a vLLM client runs unchanged.
     structured_outputs: StructuredOutputs | None = None
     chat_template_kwargs: dict[str, Any] | None = None
+    chat_template: str | None = None
     include_stop_str_in_output: bool | None = None
     stop_token_ids: list[int] | None = None
+    thinking_token_budget: int | None = None
 
 
 #: The extension fields a Responses request hands to the chat path as they are.
@@ -277,8 +281,10 @@ EXTENSIONS = (
     "budget",
     "structured_outputs",
     "chat_template_kwargs",
+    "chat_template",
     "include_stop_str_in_output",
     "stop_token_ids",
+    "thinking_token_budget",
 )
 
 # ---------------------------------------------------------------- response

@@ -32,6 +32,12 @@ class SamplingOptions(BaseModel):
     ignore_eos: bool = False
     #: Keep the matched stop string at the end of the text (vLLM's extension).
     include_stop_str_in_output: bool = False
+    thinking_token_budget: int | None = Field(
+        default=None,
+        ge=0,
+        description="vLLM's cap on a reasoning model's thinking, in tokens: once spent, the engine writes the "
+        "reasoning parser's end marker and the answer follows (needs --reasoning-parser).",
+    )
     budget: Literal["default", "fit"] = Field(
         default="default",
         description="'fit': the mask keeps only tokens after which the shortest schema-valid completion still "

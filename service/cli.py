@@ -135,7 +135,13 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--reasoning-parser",
         default=None,
-        help="vLLM reasoning parser (e.g. deepseek_r1): thinking unconstrained, answer constrained",
+        help="vLLM reasoning parser (e.g. qwen3, deepseek_r1; olmo3 for the embedded model): thinking "
+        "unconstrained, answer constrained",
+    )
+    serve.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="accept a chat template in the request body (chat_template), as vLLM's flag of the same name",
     )
     serve.add_argument(
         "--tool-call-format",

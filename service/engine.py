@@ -96,6 +96,7 @@ class Engine:
         from tokenmold.service.vllm_plugin import register
 
         register()
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
@@ -106,9 +107,6 @@ class Engine:
         eager = on_cpu if config.enforce_eager is None else config.enforce_eager
         native_bf16 = on_cpu and host_has_native_bf16()
         dtype = resolve_dtype(config.dtype, on_cpu=on_cpu, native_bf16=native_bf16, x86=host_is_x86())
-        structured: dict[str, Any] = {"backend": "xgrammar"}
-        if config.reasoning_parser:
-            structured["reasoning_parser"] = config.reasoning_parser
         args = AsyncEngineArgs(
             model=self.model_path,
             max_model_len=config.max_model_len,
@@ -119,7 +117,10 @@ class Engine:
             tensor_parallel_size=config.tensor_parallel_size,
             data_parallel_size=config.data_parallel_size,
             gpu_memory_utilization=config.gpu_memory_utilization,
-            structured_outputs_config=structured,
+            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
+            # Given here, not in structured_outputs_config: vLLM then also sets up its reasoning config,
+            # which its thinking_token_budget needs (the markers it counts and forces).
+            reasoning_parser=config.reasoning_parser or "",
             speculative_config=_forced_drafts(config.forced_drafts),
             disable_log_stats=True,
             # The weights' loading bar is progress at vLLM's INFO level: shown when vLLM logs INFO.
@@ -142,8 +143,10 @@ class Engine:
         *,
         tools: list[dict[str, Any]] | None = None,
         template_kwargs: dict[str, Any] | None = None,
+        template: str | None = None,
     ) -> list[int]:
-        """Token ids of ``messages`` rendered by the model's chat template, ready for the answer.
+        """Token ids of ``messages`` rendered by the model's chat template (or ``template``, the
+        request's own), ready for the answer.
 
         A template may refuse a conversation (``raise_exception`` on a role order it does not
         support, a missing field): that is the request's fault, a 400 naming the template's reason.
@@ -152,7 +155,12 @@ class Engine:
 
         try:
             text = self.tokenizer.apply_chat_template(
-                messages, tools=tools, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+                messages,
+                tools=tools,
+                add_generation_prompt=True,
+                tokenize=False,
+                chat_template=template,
+                **(template_kwargs or {}),
             )
         except (TemplateError, ValueError, TypeError, KeyError, IndexError) as exc:
             raise RequestError(f"the model's chat template refused the messages: {exc}", param="messages") from None
@@ -177,8 +185,11 @@ class Engine:
         return f"tm-{next(self._ids)}"
 
     async def generate(
-        self, prompt_ids: list[int], params: SamplingParams, request_id: str
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str, *, reasoning_ended: bool | None = None
     ) -> AsyncIterator[RequestOutput]:
+        """The engine's outputs for one request. ``reasoning_ended`` (with a reasoning parser):
+        whether the grammar applies from the first token (vLLM's per-request field; ``None`` lets
+        the engine test the prompt with its parser)."""
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -186,7 +197,9 @@ class Engine:
             raise EngineUnavailable("the engine process has died; the server is shutting down")
         try:
             with engine_validation():
-                async for output in self.llm.generate(TokensPrompt(prompt_token_ids=prompt_ids), params, request_id):
+                async for output in self.llm.generate(
+                    TokensPrompt(prompt_token_ids=prompt_ids), params, request_id, reasoning_ended=reasoning_ended
+                ):
                     yield output
         except EngineDeadError:
             raise EngineUnavailable("the engine process died during this request") from None

@@ -1,14 +1,26 @@
 """Splitting a reasoning model's output into its thinking and its answer.
 
 With ``--reasoning-parser NAME`` vLLM leaves the thinking part unconstrained and applies the grammar
-only after the parser's end marker (``</think>`` for most models). The text that comes back holds
-both; the answer is what the shape describes, so only the answer is validated, and the thinking is
-returned beside it (OpenAI-style ``reasoning_content``). vLLM's parser supplies the markers; the
-splitting is ours, on text, so that the blocking and the streaming paths split identically.
+only after the parser's end marker (``</think>`` for most models): its structured-output manager
+asks the parser, token by token, whether the thinking has ended (``_get_constraint_bounds`` and
+``accept_tokens`` in ``vllm/v1/structured_output/__init__.py``), and only then feeds the grammar
+(tokenmold's masks and guards wrap that grammar, so they start there too). The text that comes back
+holds both; the answer is what the shape describes, so only the answer is validated, and the
+thinking is returned beside it (``reasoning_content``). vLLM's parser supplies the markers and the
+token-level tests; the splitting is ours, on text, so that the blocking and the streaming paths
+split identically (vLLM's streaming parsers differ per model and return ``DeltaMessage`` objects of
+its own server).
+
+``thinking_token_budget`` is vLLM's own mechanism, not ours: ``--reasoning-parser`` also sets up
+vLLM's reasoning config, whose ``ThinkingBudgetStateHolder`` (``vllm/v1/sample``) counts the
+thinking and, once the budget is spent, forces the end marker's tokens in the sampler. That runs
+after the grammar's bitmask, which leaves every token open while the thinking lasts, so the two do
+not meet; the forced marker then opens the grammar like a written one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,22 +32,11 @@ class ReasoningMarkers:
     end: str
     start: str | None = None
 
-    @classmethod
-    def for_parser(cls, name: str, tokenizer: Any) -> ReasoningMarkers:
-        """The markers of vLLM's reasoning parser ``name`` (one based on start/end strings); a
-        ``ValueError`` names what is wrong (unknown parser, markers not in the vocabulary)."""
-        from vllm.reasoning import ReasoningParserManager
-
-        try:
-            parser = ReasoningParserManager.get_reasoning_parser(name)(tokenizer)
-        except (KeyError, RuntimeError) as exc:
-            raise ValueError(f"reasoning parser {name!r}: {exc.args[0] if exc.args else exc}") from None
-        if not parser.reasoning_end_str:
-            raise ValueError(f"the reasoning parser {name!r} has no end marker to split the answer off at")
-        return cls(end=parser.reasoning_end_str, start=parser.reasoning_start_str)
-
-    def split(self, text: str) -> tuple[str, str]:
-        """(thinking, answer). Without the end marker the whole text is thinking (it was cut off)."""
+    def split(self, text: str, *, thinking: bool = True) -> tuple[str, str]:
+        """(thinking, answer). Without the end marker the whole text is thinking (it was cut off);
+        ``thinking=False`` (the prompt ended the thinking already): all of it is answer."""
+        if not thinking:
+            return "", text
         head, found, answer = text.partition(self.end)
         return self.thinking(head), answer if found else ""
 
@@ -50,8 +51,65 @@ class ReasoningMarkers:
                 body = body[len(self.start) :]
         return body.strip()
 
-    def stream(self) -> ReasoningStream:
-        return ReasoningStream(self)
+    def thinking_tokens(self, token_ids: Sequence[int], decode: Callable[[list[int]], str]) -> int:
+        """How many of ``token_ids`` the thinking took: the shortest prefix whose text holds the end
+        marker (all of them when it never came); a bisection, ``log2(len)`` decodes."""
+        if self.end not in decode(list(token_ids)):
+            return len(token_ids)
+        low, high = 0, len(token_ids)  # the marker is not in token_ids[:low], it is in token_ids[:high]
+        while high - low > 1:
+            middle = (low + high) // 2
+            if self.end in decode(list(token_ids[:middle])):
+                high = middle
+            else:
+                low = middle
+        return high
+
+    def stream(self, *, thinking: bool = True) -> ReasoningStream:
+        return ReasoningStream(self, _answering=not thinking)
+
+
+@dataclass(frozen=True)
+class ReasoningParser:
+    """vLLM's reasoning parser ``name`` as tokenmold uses it: its markers split the text, and its
+    own token-level test says whether a prompt has ended the thinking already (a template that
+    writes an empty thinking block when ``enable_thinking`` is false), the test vLLM's engine
+    makes before it starts the grammar; the request hands the engine that answer
+    (``reasoning_ended``), so that the engine and the split agree."""
+
+    name: str
+    markers: ReasoningMarkers
+    parser: Any
+
+    @classmethod
+    def load(cls, name: str, tokenizer: Any) -> ReasoningParser:
+        """vLLM's parser ``name`` for ``tokenizer``; a ``ValueError`` names what is wrong: an
+        unknown parser, markers not in the vocabulary, or markers the parser finds only as single
+        tokens that this vocabulary spells in several (vLLM's ``qwen3`` parser looks for the one
+        token ``</think>``; on a vocabulary without it the engine would never see the thinking end,
+        and would leave the answer unconstrained)."""
+        from vllm.reasoning import ReasoningParserManager
+
+        try:
+            parser = ReasoningParserManager.get_reasoning_parser(name)(tokenizer)
+        except (KeyError, RuntimeError) as exc:
+            raise ValueError(f"reasoning parser {name!r}: {exc.args[0] if exc.args else exc}") from None
+        if not parser.reasoning_end_str:
+            raise ValueError(f"the reasoning parser {name!r} has no end marker to split the answer off at")
+        markers = ReasoningMarkers(end=parser.reasoning_end_str, start=parser.reasoning_start_str)
+        probe = tokenizer.encode(f"{markers.start or ''}Thinking.{markers.end}", add_special_tokens=False)
+        if not parser.is_reasoning_end(probe):
+            spelled = len(tokenizer.encode(markers.end, add_special_tokens=False))
+            raise ValueError(
+                f"the reasoning parser {name!r} does not see its end marker {markers.end!r} in this model's "
+                f"tokens (the vocabulary spells it in {spelled} tokens), so the engine would never start "
+                "the answer's grammar; olmo3 finds '</think>' spelled in several tokens"
+            )
+        return cls(name=name, markers=markers, parser=parser)
+
+    def thinks_after(self, prompt_ids: Sequence[int]) -> bool:
+        """Whether the output starts with thinking (the prompt has not ended it already)."""
+        return not self.parser.is_reasoning_end(list(prompt_ids))
 
 
 @dataclass
@@ -63,6 +121,11 @@ class ReasoningStream:
     _text: str = ""
     _thinking_sent: int = 0
     _answering: bool = False
+
+    @property
+    def answering(self) -> bool:
+        """The end marker has been seen (or there was no thinking): what follows is answer."""
+        return self._answering
 
     def feed(self, delta: str) -> tuple[str, str]:
         if self._answering:

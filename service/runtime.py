@@ -20,12 +20,12 @@ from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict
 from tokenmold.service.engine import Engine, EngineConfig
 from tokenmold.service.environment import configure_environment
-from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable, PromptTooLong
+from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable, PromptTooLong, RequestError
 from tokenmold.service.fit import BudgetFitting
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.model_home import resolve_model
 from tokenmold.service.model_info import ModelInfo
-from tokenmold.service.reasoning import ReasoningMarkers, ReasoningStream
+from tokenmold.service.reasoning import ReasoningParser, ReasoningStream
 from tokenmold.service.repetition import LoopWatch, RepetitionGuard
 from tokenmold.service.sampling import to_sampling_params
 from tokenmold.service.validation import judge
@@ -88,6 +88,8 @@ class Prompt:
     tools: list[dict[str, Any]] | None = None
     #: Extra variables for the chat template (vLLM's ``chat_template_kwargs``, e.g. ``enable_thinking``).
     template_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: A chat template of the request's own (vLLM's ``chat_template`` field); ``None``: the model's.
+    template: str | None = None
     #: The same request written shorter (a tool listing as one line per function), taken when this
     #: one does not fit the context.
     shorter: Prompt | None = None
@@ -107,6 +109,8 @@ class Completion:
     logprobs: list[dict[int, Any]] | None = None
     #: The thinking part when a reasoning parser is configured (the verdict judges the answer).
     reasoning: str | None = None
+    #: The tokens the thinking took, its end marker included (part of the verdict's usage).
+    reasoning_tokens: int = 0
 
 
 @dataclass
@@ -137,6 +141,9 @@ class _Prepared:
     params: SamplingParams
     #: The spec the engine got, when it asked for budget fitting (the verdict replays with it).
     fit_spec: EngineSpec | None
+    #: The output starts with thinking (a reasoning parser is configured and the prompt has not
+    #: ended the thinking already): the grammar starts after the end marker.
+    thinking: bool = False
 
     @property
     def engine_prompt(self) -> list[int]:
@@ -163,6 +170,8 @@ class StreamDelta:
     reasoning: str = ""
     #: The prompt's length in tokens, on every piece: usage so far is known at each one.
     prompt_tokens: int = 0
+    #: The tokens the thinking took so far, its end marker included.
+    reasoning_tokens: int = 0
 
 
 class Runtime:
@@ -181,7 +190,7 @@ class Runtime:
         #: Set when the engine runs with a reasoning parser: outputs are split into thinking + answer.
         #: Resolved first, so that an unusable parser is refused before anything starts.
         parser = config.engine.reasoning_parser
-        self.reasoning = ReasoningMarkers.for_parser(parser, self.model.tokenizer) if parser else None
+        self.reasoning = ReasoningParser.load(parser, self.model.tokenizer) if parser else None
         vocab = Vocabulary(
             self.model.tokenizer, vocab_size=self.model.vocab_size, stop_token_ids=self.model.stop_token_ids
         )
@@ -241,7 +250,10 @@ class Runtime:
         try:
             if prompt.messages is not None:
                 return self.engine.chat_prompt(
-                    prompt.messages, tools=prompt.tools, template_kwargs=prompt.template_kwargs
+                    prompt.messages,
+                    tools=prompt.tools,
+                    template_kwargs=prompt.template_kwargs,
+                    template=prompt.template,
                 )
             return self.engine.text_prompt(prompt.text or "")
         except PromptTooLong:
@@ -267,7 +279,9 @@ class Runtime:
         request_id = self.engine.new_request_id()
         collected: dict[int, _Collected] = {}
         try:
-            async for output in self.engine.generate(prepared.engine_prompt, params, request_id):
+            async for output in self.engine.generate(
+                prepared.engine_prompt, params, request_id, reasoning_ended=self._reasoning_ended(prepared)
+            ):
                 for out in output.outputs:
                     first = out.index not in collected
                     entry = collected.setdefault(out.index, _Collected())
@@ -293,9 +307,11 @@ class Runtime:
         assert collected, "the engine returned no output"
         completions = []
         for index, entry in sorted(collected.items()):
-            reasoning, text = (
-                self.reasoning.split("".join(entry.text)) if self.reasoning else (None, "".join(entry.text))
-            )
+            reasoning, text, thought = None, "".join(entry.text), 0
+            if self.reasoning is not None:
+                reasoning, text = self.reasoning.markers.split(text, thinking=prepared.thinking)
+                if prepared.thinking:
+                    thought = self.reasoning.markers.thinking_tokens(entry.token_ids, self.model.tokenizer.decode)
             verdict = judge(
                 text,
                 finish_reason=entry.finish_reason,
@@ -305,7 +321,7 @@ class Runtime:
                 looping_at=entry.looping_at,
                 fit=await self._fit_outcome(prepared, entry.token_ids),
             )
-            completions.append(Completion(index, verdict, entry.token_ids, entry.logprobs, reasoning))
+            completions.append(Completion(index, verdict, entry.token_ids, entry.logprobs, reasoning, thought))
         return GenerationResult(completions, compiled, len(prompt_ids))
 
     def _loop_watch(self, compiled: CompiledShape | None, prepared: _Prepared | None = None) -> LoopWatch | None:
@@ -346,11 +362,14 @@ class Runtime:
         texts: dict[int, list[str]] = {}
         counts: dict[int, int] = {}
         splitters: dict[int, ReasoningStream] = {}
+        thought: dict[int, int] = {}
         #: Outputs that ended (their verdict sent), and whether the guard cut any of them.
         ended: set[int] = set()
         cut = False
         try:
-            async for output in self.engine.generate(prepared.engine_prompt, params, request_id):
+            async for output in self.engine.generate(
+                prepared.engine_prompt, params, request_id, reasoning_ended=self._reasoning_ended(prepared)
+            ):
                 for out in output.outputs:
                     if out.index in ended:
                         continue
@@ -360,7 +379,11 @@ class Runtime:
                     )
                     reasoning = ""
                     if self.reasoning is not None:
-                        splitter = splitters.setdefault(out.index, self.reasoning.stream())
+                        splitter = splitters.setdefault(
+                            out.index, self.reasoning.markers.stream(thinking=prepared.thinking)
+                        )
+                        if not splitter.answering:
+                            thought[out.index] = thought.get(out.index, 0) + len(token_ids)
                         reasoning, text = splitter.feed(text)
                     texts.setdefault(out.index, []).append(text)
                     tokens.setdefault(out.index, []).extend(token_ids)
@@ -379,7 +402,16 @@ class Runtime:
                             looping_at=looping.pointer if looping is not None else None,
                             fit=await self._fit_outcome(prepared, tokens[out.index]),
                         )
-                    yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning, len(prompt_ids))
+                    yield StreamDelta(
+                        out.index,
+                        text,
+                        token_ids,
+                        logprobs,
+                        verdict,
+                        reasoning,
+                        len(prompt_ids),
+                        reasoning_tokens=thought.get(out.index, 0),
+                    )
                 if cut and len(ended) == params.n:
                     await self.engine.abort(request_id)
                     return
@@ -402,6 +434,7 @@ class Runtime:
         # The guard reads outputs as they grow: the engine sends deltas even to a non-streaming call.
         stream = stream or (self._loop_watch(compiled) is not None and sampling.budget != "fit")
         prompt_ids = self.prompt_ids(prompt)
+        thinking = self._thinking(prompt_ids, sampling)
         room = self.engine.room(prompt_ids)
         fit = sampling.budget == "fit"
         if self.config.budget_floor:
@@ -413,7 +446,7 @@ class Runtime:
         forced = None
         if self.jump_forward:
             forced = forced_prefix(
-                compiled, sampling, room=room, decode=self.model.tokenizer.decode, reasoning=self.reasoning is not None
+                compiled, sampling, room=room, decode=self.model.tokenizer.decode, reasoning=thinking
             )
         if forced is not None and fit and not self._fits_after_jump(compiled, forced, sampling, room):
             forced = None
@@ -438,7 +471,24 @@ class Runtime:
                 and compiled.shape.source.tool_format.control_tokens
             ),
         )
-        return _Prepared(compiled, prompt_ids, forced, params, fit_spec)
+        return _Prepared(compiled, prompt_ids, forced, params, fit_spec, thinking)
+
+    def _thinking(self, prompt_ids: list[int], sampling: SamplingOptions) -> bool:
+        """Whether the output starts with thinking; ``thinking_token_budget`` needs a parser that
+        says where the thinking ends (vLLM counts and forces the end marker it names)."""
+        if self.reasoning is None:
+            if sampling.thinking_token_budget is not None:
+                raise RequestError(
+                    "thinking_token_budget needs a reasoning model served with --reasoning-parser",
+                    param="thinking_token_budget",
+                )
+            return False
+        return self.reasoning.thinks_after(prompt_ids)
+
+    def _reasoning_ended(self, prepared: _Prepared) -> bool | None:
+        """vLLM's per-request ``reasoning_ended``: set from the same test as the split (``None``
+        without a parser: the engine has no thinking to wait for)."""
+        return None if self.reasoning is None else not prepared.thinking
 
     def _fits_after_jump(
         self, compiled: CompiledShape | None, forced: ForcedPrefix, sampling: SamplingOptions, room: int

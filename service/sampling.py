@@ -79,4 +79,5 @@ def to_sampling_params(
             structured_outputs=structured,
             output_kind=RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY,
             skip_special_tokens=skip_special_tokens,
+            thinking_token_budget=options.thinking_token_budget,
         )

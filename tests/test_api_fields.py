@@ -24,7 +24,6 @@ TIME = {"type": "function", "function": {"name": "get_time"}}
 #: Every chat field OpenAI defines that changes nothing here, with a value a client sends.
 IGNORED_CHAT = {
     "service_tier": "auto",
-    "reasoning_effort": "low",
     "verbosity": "low",
     "prompt_cache_key": "k",
     "prompt_cache_options": {"mode": "implicit", "ttl": "30m"},

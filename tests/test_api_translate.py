@@ -197,6 +197,7 @@ def test_chat_response_carries_validation_and_the_engines_finish_reason() -> Non
         "refusal": None,
         "tool_calls": None,
         "reasoning_content": None,
+        "reasoning": None,
     }
     assert first["finish_reason"] == "stop" and first["validation"]["status"] == "accepted"
     assert second["finish_reason"] == "length" and second["validation"]["errors"][0]["keyword"] == "finish_reason"

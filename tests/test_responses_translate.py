@@ -11,6 +11,7 @@ import pytest
 
 from tokenmold.grammar import ShapeKind
 from tokenmold.grammar.toolformats import HERMES
+from tokenmold.schemas.openai import ChatUsage
 from tokenmold.schemas.responses import ResponsesRequest
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.api.generation import ChunkFrames
@@ -311,7 +312,8 @@ def test_call_fragments_in_openais_streaming_form_become_argument_deltas() -> No
     body = request(tools=[TOOL], tool_choice="required")
     stream = ResponsesStream(responses_plan(body, MODEL), response_shell(body, model="m"), model="m")
     stream.chat = SimpleNamespace(
-        chunks=lambda delta: scripted.pop(0), usage_chunk=lambda: SimpleNamespace(usage=verdict("").usage)
+        chunks=lambda delta: scripted.pop(0),
+        usage_chunk=lambda: SimpleNamespace(usage=ChatUsage(**verdict("").usage.model_dump())),
     )
     frames = [f for _ in range(4) for f in stream.events(StreamDelta(0, "", []))] + stream.closing([])
     events = [json.loads(f.split("\ndata: ")[1]) for f in frames]

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from tokenmold.grammar import ShapeKind
 from tokenmold.grammar.toolformats import HERMES
-from tokenmold.schemas.openai import ChatCompletionRequest, CompletionRequest
+from tokenmold.schemas.openai import ChatCompletionRequest, ChatUsage, CompletionRequest
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api import errors
 from tokenmold.service.api.translate import ChatStream, CompletionStream, chat_plan, completion_plan
@@ -166,7 +166,7 @@ def test_continuous_usage_puts_each_choices_usage_so_far_in_every_chunk() -> Non
         (c.choices[0].index, c.usage.prompt_tokens, c.usage.completion_tokens, c.usage.total_tokens) for c in chunks
     ]
     assert seen == [(0, 7, 0, 7), (0, 7, 2, 9), (1, 7, 0, 7), (1, 7, 1, 8), (0, 7, 4, 11), (1, 7, 3, 10)]
-    assert stream.usage_chunk().usage == Usage(prompt_tokens=7, completion_tokens=7, total_tokens=14)
+    assert stream.usage_chunk().usage == ChatUsage.of(7, 7)
 
 
 def test_completion_streams_count_the_same_way() -> None:

@@ -161,6 +161,10 @@ def test_a_batch_line_with_referenced_parameters_is_answered(client) -> None:
             "structured_outputs.regex",
         ),
         ({"tools": [{**tools(Forecast)[0], "strict": "maybe"}]}, "tools[0].strict"),
+        # A template is code the server runs: only with --trust-request-chat-template, as on vLLM.
+        ({"extra_body": {"chat_template": "{{ messages }}"}}, "chat_template"),
+        # A thinking budget without --reasoning-parser (vLLM: a 400 naming no field).
+        ({"extra_body": {"thinking_token_budget": 8}}, "thinking_token_budget"),
     ],
 )
 def test_what_vllm_refuses_is_a_400_naming_the_field(client, fields: dict, param: str) -> None:

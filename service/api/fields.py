@@ -3,7 +3,7 @@ and the field forms that reduce to simpler ones (``allowed_tools``).
 
 The body models accept every field of today's OpenAI chat-completions and completions requests (a
 client library sends them unasked) and vLLM's extensions. Those with no effect on the output here
-(service tiers, cache keys, reasoning effort...) are ignored; those whose request could not be met
+(service tiers, cache keys...) are ignored; those whose request could not be met
 (audio out, images in, web search, moderation...) are a 400 naming the field, because
 answering without doing what was asked would be a silent lie. docs/api.md has the full table.
 

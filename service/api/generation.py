@@ -25,7 +25,7 @@ from tokenmold.service.api.errors import unaccepted_response
 from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
 from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.api.translate import Plan, unaccepted
-from tokenmold.service.errors import ModelNotFound, Unaccepted
+from tokenmold.service.errors import ModelNotFound, RequestError, Unaccepted
 from tokenmold.service.runtime import GenerationResult, Runtime, StreamDelta
 
 T = TypeVar("T")
@@ -113,6 +113,7 @@ class Generation:
         self, request: Request, plan: Plan, *, reject: bool, answer: Callable[[GenerationResult], BaseModel]
     ) -> Response:
         """A whole response; with ``reject``, an unaccepted output is a 422."""
+        self._check_template(plan)
         compiled = await self._compile(request, plan)
         result = await _unless_disconnected(request, self.runtime.generate(plan.prompt, compiled, plan.sampling))
         if result is None:
@@ -128,6 +129,7 @@ class Generation:
         """Server-sent events, written by ``frames``. Errors up to the first delta (compile, prompt
         too long, engine down) are still plain HTTP errors. With ``reject``, an unaccepted output
         ends the stream with an error event (the status line is long gone)."""
+        self._check_template(plan)
         compiled = await self._compile(request, plan)
         deltas = self.runtime.stream(plan.prompt, compiled, plan.sampling)
         first = await anext(deltas)
@@ -151,6 +153,14 @@ class Generation:
                     await deltas.aclose()
 
         return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    def _check_template(self, plan: Plan) -> None:
+        """A request's own chat template only where the server trusts it (vLLM's rule and wording)."""
+        if plan.prompt.template is not None and not self.settings.trust_request_chat_template:
+            raise RequestError(
+                "chat_template is passed with the request, but --trust-request-chat-template is not set",
+                param="chat_template",
+            )
 
     async def _compile(self, request: Request, plan: Plan) -> CompiledShape | None:
         if plan.shape is None:

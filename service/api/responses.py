@@ -24,6 +24,7 @@ from tokenmold.schemas.openai import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatMessage,
+    ChatUsage,
     ChoiceVerdict,
     CustomCall,
     CustomGrammar,
@@ -76,6 +77,7 @@ from tokenmold.schemas.responses import (
     OutputMessage,
     OutputReasoning,
     OutputText,
+    OutputTokensDetails,
     ReasoningText,
     ResponseEvent,
     ResponseLifecycleEvent,
@@ -90,7 +92,6 @@ from tokenmold.schemas.responses import (
     TextFormatText,
     TextPart,
 )
-from tokenmold.schemas.verdict import Usage
 from tokenmold.service.api.errors import unaccepted_response
 from tokenmold.service.api.translate import ChatStream, Plan, chat_plan, new_id
 from tokenmold.service.errors import RequestError
@@ -140,6 +141,7 @@ def responses_plan(body: ResponsesRequest, model: ModelInfo) -> Plan:
         top_p=body.top_p,
         logprobs=logprobs,
         top_logprobs=body.top_logprobs if logprobs else None,
+        reasoning_effort=(body.reasoning or {}).get("effort"),
         **body.model_dump(include=set(EXTENSIONS), exclude_none=True, by_alias=True),
     )
     try:
@@ -276,17 +278,26 @@ def response_shell(body: ResponsesRequest, *, model: str) -> ResponseObject:
 
 
 def finished(
-    shell: ResponseObject, output: list[OutputItem], *, finish: str | None, usage: Usage, validation: Validation | None
+    shell: ResponseObject,
+    output: list[OutputItem],
+    *,
+    finish: str | None,
+    usage: ChatUsage,
+    validation: Validation | None,
 ) -> ResponseObject:
     """``shell`` completed (or, cut off by the token limit, incomplete) with its output."""
     cut = finish == "length"
+    reasoning = usage.completion_tokens_details.reasoning_tokens if usage.completion_tokens_details else 0
     return shell.model_copy(
         update={
             "status": "incomplete" if cut else "completed",
             "incomplete_details": IncompleteDetails(reason="max_output_tokens") if cut else None,
             "output": output,
             "usage": ResponseUsage(
-                input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens, total_tokens=usage.total_tokens
+                input_tokens=usage.prompt_tokens,
+                output_tokens=usage.completion_tokens,
+                output_tokens_details=OutputTokensDetails(reasoning_tokens=reasoning),
+                total_tokens=usage.total_tokens,
             ),
             "validation": validation,
         }
@@ -365,7 +376,7 @@ class ResponsesStream:
         if rejected:  # 422 mode: the error body (the SDK raises it) instead of the response
             body = bytes(unaccepted_response(rejected).body).decode()
             return [f"event: error\ndata: {body}\n\n"]
-        usage = self.chat.usage_chunk().usage or Usage(prompt_tokens=0, completion_tokens=0, total_tokens=0)
+        usage = self.chat.usage_chunk().usage or ChatUsage.of(0, 0)
         response = finished(self.shell, self.output, finish=self._finish, usage=usage, validation=self._validation)
         kind = "response.incomplete" if response.status == "incomplete" else "response.completed"
         return [self._frame(ResponseLifecycleEvent(type=kind, response=response))]

@@ -104,6 +104,7 @@ def serve(args: argparse.Namespace) -> int:
         reject_unaccepted=args.reject_unaccepted,
         batch_dir=args.batch_dir,
         max_file_bytes=args.max_file_bytes,
+        trust_request_chat_template=args.trust_request_chat_template,
     )
     lifecycle = Lifecycle(grace_s=args.shutdown_grace)
     config = uvicorn.Config(

@@ -24,6 +24,9 @@ class ServerSettings:
         Where ``/v1/files`` and ``/v1/batches`` keep their state (default ``$TOKENMOLD_HOME/batch``).
     max_file_bytes:
         Largest ``/v1/files`` upload (the other routes keep ``max_body_bytes``).
+    trust_request_chat_template:
+        Accept a request's own ``chat_template`` (vLLM's ``--trust-request-chat-template``): a
+        template is code the server runs, in Jinja's sandbox, so it is refused unless trusted.
     """
 
     model_name: str
@@ -32,3 +35,4 @@ class ServerSettings:
     reject_unaccepted: bool = False
     batch_dir: Path | None = None
     max_file_bytes: int = 200_000_000
+    trust_request_chat_template: bool = False

@@ -26,6 +26,7 @@ from tokenmold.schemas.openai import (
     ChatCompletionChunk,
     ChatCompletionRequest,
     ChatDelta,
+    ChatUsage,
     ChoiceLogprobs,
     ChoiceVerdict,
     CompletionChoice,
@@ -113,10 +114,17 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
     # Tools written into the system message: the same prompt with one line per function, for
     # when their JSON definitions do not fit the context.
     shorter = None
+    template_kwargs = _template_kwargs(body)
     if tools and choice != "none" and not model.template_renders_tools:
-        shorter = Prompt(messages=written(signatures=True)[0], template_kwargs=body.chat_template_kwargs or {})
+        shorter = Prompt(
+            messages=written(signatures=True)[0], template_kwargs=template_kwargs, template=body.chat_template
+        )
     prompt = Prompt(
-        messages=messages, tools=template_tools, template_kwargs=body.chat_template_kwargs or {}, shorter=shorter
+        messages=messages,
+        tools=template_tools,
+        template_kwargs=template_kwargs,
+        template=body.chat_template,
+        shorter=shorter,
     )
     return Plan(prompt, shape, _chat_sampling(body, model), options, param)
 
@@ -132,7 +140,9 @@ def _custom_plan(body: ChatCompletionRequest, model: ModelInfo, tool: CalledTool
         tool_format=model.tool_format,
     )
     prompt = Prompt(
-        messages=with_instruction(messages, custom_instruction(tool)), template_kwargs=body.chat_template_kwargs or {}
+        messages=with_instruction(messages, custom_instruction(tool)),
+        template_kwargs=_template_kwargs(body),
+        template=body.chat_template,
     )
     return Plan(prompt, tool.shape, _chat_sampling(body, model), CompileOptions(), tool.param, custom_tool=tool)
 
@@ -144,6 +154,18 @@ def _chat_sampling(body: ChatCompletionRequest, model: ModelInfo) -> SamplingOpt
         max_tokens=body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens,
         logprobs=(body.top_logprobs or 0) if body.logprobs else None,
     )
+
+
+def _template_kwargs(body: ChatCompletionRequest) -> dict[str, Any]:
+    """The chat template's extra variables: ``chat_template_kwargs``, and ``reasoning_effort`` as
+    vLLM hands it over (also as ``enable_thinking``, false for "none", for templates that switch
+    thinking on and off, unless the request sets that itself). A template ignores the variables it
+    does not use."""
+    kwargs = dict(body.chat_template_kwargs or {})
+    if body.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", body.reasoning_effort)
+        kwargs.setdefault("enable_thinking", body.reasoning_effort != "none")
+    return kwargs
 
 
 def completion_plan(body: CompletionRequest, model: ModelInfo) -> Plan:
@@ -232,6 +254,7 @@ def _sampling(
         "logit_bias": bias,
         "stop_token_ids": body.stop_token_ids,
         "include_stop_str_in_output": body.include_stop_str_in_output,
+        "thinking_token_budget": body.thinking_token_budget,
         "budget": body.budget,
     }
     return SamplingOptions(**{name: value for name, value in fields.items() if value is not None})
@@ -275,7 +298,9 @@ def chat_response(result: GenerationResult, plan: Plan, *, model: str) -> ChatCo
         choices.append(
             ChatChoice(
                 index=c.index,
-                message=AssistantMessage(content=content, tool_calls=tool_calls, reasoning_content=c.reasoning),
+                message=AssistantMessage(
+                    content=content, tool_calls=tool_calls, reasoning_content=c.reasoning, reasoning=c.reasoning
+                ),
                 logprobs=None
                 if c.logprobs is None
                 else ChoiceLogprobs(content=chat_logprobs(c.token_ids, c.logprobs, top)),
@@ -305,11 +330,9 @@ def completion_response(result: GenerationResult, plan: Plan, *, model: str) -> 
     )
 
 
-def _usage(result: GenerationResult) -> Usage:
+def _usage(result: GenerationResult) -> ChatUsage:
     completion = sum(c.verdict.usage.completion_tokens for c in result.completions)
-    return Usage(
-        prompt_tokens=result.prompt_tokens, completion_tokens=completion, total_tokens=result.prompt_tokens + completion
-    )
+    return ChatUsage.of(result.prompt_tokens, completion, sum(c.reasoning_tokens for c in result.completions))
 
 
 def chat_logprobs(token_ids: list[int], logprobs: list[dict[int, Any]] | None, top: int) -> list[TokenLogprob]:
@@ -361,26 +384,26 @@ class _StreamState:
     usage: dict[int, Usage] = field(default_factory=dict)
     prompt_tokens: int = 0
     generated: dict[int, int] = field(default_factory=dict)
+    #: Each choice's thinking tokens so far.
+    reasoning: dict[int, int] = field(default_factory=dict)
 
-    def total_usage(self) -> Usage:
+    def total_usage(self) -> ChatUsage:
         prompt = next(iter(self.usage.values())).prompt_tokens if self.usage else 0
         completion = sum(u.completion_tokens for u in self.usage.values())
-        return Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+        return ChatUsage.of(prompt, completion, sum(self.reasoning.values()))
 
     def count(self, delta: StreamDelta) -> None:
         """Add ``delta``'s tokens to its choice's count (after that choice's opening chunk, which
         vLLM sends with no tokens counted)."""
         self.generated[delta.index] = self.generated.get(delta.index, 0) + len(delta.token_ids)
+        self.reasoning[delta.index] = delta.reasoning_tokens
 
-    def usage_so_far(self, index: int) -> Usage | None:
+    def usage_so_far(self, index: int) -> ChatUsage | None:
         """A chunk of choice ``index``'s usage: with ``continuous``, the prompt and that choice's
         tokens so far (vLLM's per-chunk figures), otherwise none."""
         if not self.continuous:
             return None
-        completion = self.generated.get(index, 0)
-        return Usage(
-            prompt_tokens=self.prompt_tokens, completion_tokens=completion, total_tokens=self.prompt_tokens + completion
-        )
+        return ChatUsage.of(self.prompt_tokens, self.generated.get(index, 0), self.reasoning.get(index, 0))
 
 
 class ChatStream:
@@ -432,7 +455,10 @@ class ChatStream:
             self.state.usage[delta.index] = delta.verdict.usage
             finish, check = finish or delta.verdict.finish_reason, validation(delta.verdict)
         piece_delta = ChatDelta(
-            content=content or None, reasoning_content=delta.reasoning or None, tool_calls=tool_calls or None
+            content=content or None,
+            reasoning_content=delta.reasoning or None,
+            reasoning=delta.reasoning or None,
+            tool_calls=tool_calls or None,
         )
         logprobs = None
         if delta.logprobs is not None:
