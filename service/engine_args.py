@@ -96,17 +96,19 @@ class EngineArgParser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        own, extra = super().parse_known_args(args, namespace)
         if self._flags is None:
-            return own, extra
-        if not extra:
-            own.engine_args = {}
-            return own, []
+            return super().parse_known_args(args, namespace)
+        args = list(args or [])
+        if not any(arg.startswith("--help=") for arg in args):  # vLLM's search (--help=cache) is vLLM's parser's
+            own, extra = super().parse_known_args(args, namespace)
+            if not extra:
+                own.engine_args = {}
+                return own, []
         full = self._with_engine_args()
         dests = {action.dest for action in full.engine_actions}
         # Arguments not given keep this marker: what is left unmarked was on the command line.
         unset = object()
-        parsed = full.parse_args(list(args or []), argparse.Namespace(**{dest: unset for dest in dests}))
+        parsed = full.parse_args(args, argparse.Namespace(**{dest: unset for dest in dests}))
         given = {}
         for dest in dests:
             value = getattr(parsed, dest)

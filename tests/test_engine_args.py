@@ -63,6 +63,12 @@ def test_json_arguments_take_vllm_dot_notation(model_path: str) -> None:
     assert built(args, model_path).speculative_config == {"method": "ngram", "num_speculative_tokens": 2}
 
 
+def test_a_vllm_config_file_is_read(tmp_path) -> None:
+    config = tmp_path / "engine.yaml"
+    config.write_text("max-num-seqs: 4\nenable-prefix-caching: true\n")
+    assert serve("--config", str(config)).engine_args == {"max_num_seqs": 4, "enable_prefix_caching": True}
+
+
 def test_generate_keeps_its_own_seed_and_dtype(model_path: str) -> None:
     args = _parser().parse_args(
         ["generate", "--choice", "a,b", "--prompt", "x", "--seed", "3", "--dtype", "float32", "--max-model-len", "512"]
