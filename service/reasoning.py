@@ -31,7 +31,11 @@ class ReasoningMarkers:
         except (KeyError, RuntimeError) as exc:
             raise ValueError(f"reasoning parser {name!r}: {exc.args[0] if exc.args else exc}") from None
         if not parser.reasoning_end_str:
-            raise ValueError(f"the reasoning parser {name!r} has no end marker to split the answer off at")
+            raise ValueError(
+                f"the reasoning parser {name!r} cannot apply on tokenmold: it has no end marker to split the answer"
+                " off at (tokenmold takes the parsers that mark thinking with start/end strings, e.g. deepseek_r1,"
+                " qwen3, glm45)"
+            )
         return cls(end=parser.reasoning_end_str, start=parser.reasoning_start_str)
 
     def split(self, text: str) -> tuple[str, str]:
