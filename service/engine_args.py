@@ -84,7 +84,8 @@ class EngineArgParser(argparse.ArgumentParser):
     """
 
     def __init__(self, *args: Any, flags: Callable[[argparse.ArgumentParser], None] | None = None, **kwargs: Any):
-        kwargs.setdefault("allow_abbrev", False)  # 300 flags: an abbreviation means another one tomorrow
+        if flags is not None:
+            kwargs.setdefault("allow_abbrev", False)  # 300 flags: an abbreviation means another one tomorrow
         super().__init__(*args, **kwargs)
         self._flags = flags
         if flags is not None:
