@@ -7,6 +7,7 @@
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
                     [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
                     [--tool-call-format hermes|llama3|mistral] ...
+    (serve and generate also take every vLLM engine argument, as vLLM spells it: service/engine_args.py)
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
     tokenmold bench e2e|load|tools|budget|drafts ...
