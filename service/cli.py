@@ -7,6 +7,7 @@
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
                     [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
                     [--tool-call-format hermes|llama3|mistral] ...
+    (serve and generate also take every vLLM engine argument, as vLLM spells it: service/engine_args.py)
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
     tokenmold bench e2e|load|tools|budget|drafts ...
@@ -31,13 +32,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tokenmold.service.dtype import AUTO, CHOICES
-from tokenmold.service.environment import LOG_LEVELS, configure_logging
+from tokenmold.service.environment import LOG_LEVELS, configure_environment, configure_logging
 from tokenmold.service.errors import BadInput
 
 if TYPE_CHECKING:
+    from tokenmold.service.engine import EngineConfig
     from tokenmold.service.repetition import RepetitionGuard
 
 EXIT_ACCEPTED, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_TRUNCATED, EXIT_INVALID, EXIT_FITTED = 0, 1, 2, 3, 4, 5
@@ -53,9 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
         return _bench(argv[1:])
+    _prepare(argv)
     args = _parser().parse_args(argv)
-    # Before anything imports torch or vLLM: both read their logging settings once, at import.
-    configure_logging(args.log_level or ("info" if args.verbose else None))
     from tokenmold.service.vllm_plugin import VllmPatchMismatch
 
     try:
@@ -68,146 +69,39 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-def _parser() -> argparse.ArgumentParser:
-    from tokenmold.grammar.limits import DEFAULT_LIMITS
-    from tokenmold.grammar.toolformats import FORMATS
+def _prepare(argv: list[str]) -> None:
+    """The logging policy and, for the commands with an engine, vLLM's environment, before anything
+    imports torch or vLLM (both read them once, at import): parsing ``serve``'s or ``generate``'s
+    vLLM engine arguments imports vLLM. Read from the command line ahead of the parser."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument("--log-level", default=None)
+    early.add_argument("--verbose", action="store_true")
+    early.add_argument("--model", default=None)
+    known, _ = early.parse_known_args(argv[1:])
+    level = known.log_level if known.log_level in LOG_LEVELS else None
+    configure_logging(level or ("info" if known.verbose else None))
+    if argv[:1] in (["serve"], ["generate"]):
+        configure_environment(embedded_model=known.model is None)
+
+
+def engine_config(args: argparse.Namespace, **config: Any) -> EngineConfig:
+    """The engine options of a parsed ``serve`` or ``generate`` command line: ``config`` (tokenmold's
+    flags) and the vLLM engine arguments it gave; one that cannot apply here is ``BadInput``."""
     from tokenmold.service.engine import EngineConfig
 
+    try:
+        return EngineConfig(model=args.model, dtype=args.dtype, **config).with_args(**args.engine_args)
+    except ValueError as exc:
+        raise BadInput(_one_line(exc)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    from tokenmold.service.engine_args import EngineArgParser
+
     parser = argparse.ArgumentParser(prog="tokenmold", description="Structured-output generation on vLLM.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    gen = sub.add_parser("generate", help="one constrained generation; prints the Verdict as JSON")
-    shape = gen.add_mutually_exclusive_group(required=True)
-    shape.add_argument("--schema", metavar="FILE", help="JSON Schema file ('-' for stdin)")
-    shape.add_argument("--pydantic", metavar="MODULE:CLASS", help="a pydantic model class")
-    shape.add_argument(
-        "--grammar", metavar="FILE", help="grammar file: EBNF (xgrammar/GBNF, rule `root`) or Lark (rule `start`)"
-    )
-    shape.add_argument("--regex", metavar="RE", help="a regular expression for the whole output")
-    shape.add_argument("--choice", metavar="A,B,...", help="comma-separated choices")
-    gen.add_argument("--prompt", required=True, help="the user message")
-    gen.add_argument("--max-tokens", type=int, default=None)
-    gen.add_argument("--temperature", type=float, default=0.0)
-    gen.add_argument("--seed", type=int, default=None)
-    gen.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
-    gen.add_argument("--strict", action="store_true", help="OpenAI strict schema semantics")
-    gen.add_argument(
-        "--fit-budget",
-        action="store_true",
-        help="budget fitting: the JSON closes within --max-tokens (exit 5 when the budget shortened it)",
-    )
-    gen.add_argument(
-        "--max-extra-properties",
-        type=int,
-        default=None,
-        help="keys an explicitly open object may get beyond those it lists (default 8)",
-    )
-    gen.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
-    _add_dtype(gen)
-    _add_repetition_guard(gen)
-    add_logging(gen)
-    _add_no_guards(gen)
-    gen.set_defaults(func=_generate)
-
-    serve = sub.add_parser("serve", help="the OpenAI-compatible HTTP server")
-    serve.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
-    _add_dtype(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument(
-        "--api-key",
-        default=os.environ.get("TOKENMOLD_API_KEY"),
-        help="require 'Authorization: Bearer KEY' on every route but /health (default: $TOKENMOLD_API_KEY; none: open)",
-    )
-    serve.add_argument("--max-body-bytes", type=int, default=2_000_000, help="larger request bodies get 413")
-    serve.add_argument("--max-file-bytes", type=int, default=200_000_000, help="larger /v1/files uploads get 413")
-    serve.add_argument(
-        "--batch-dir",
-        type=Path,
-        default=None,
-        help="state of /v1/files and /v1/batches (default: $TOKENMOLD_HOME/batch)",
-    )
-    serve.add_argument(
-        "--reject-unaccepted",
-        action="store_true",
-        help="answer HTTP 422 instead of 200 for truncated or invalid results",
-    )
-    serve.add_argument(
-        "--reasoning-parser",
-        default=None,
-        help="vLLM reasoning parser (e.g. qwen3, deepseek_r1; olmo3 for the embedded model): thinking "
-        "unconstrained, answer constrained",
-    )
-    serve.add_argument(
-        "--trust-request-chat-template",
-        action="store_true",
-        help="accept a chat template in the request body (chat_template), as vLLM's flag of the same name",
-    )
-    serve.add_argument(
-        "--tool-call-format",
-        default=None,
-        choices=sorted(FORMATS),
-        help="how the model writes tool calls (default: detected from its chat template; hermes if none)",
-    )
-    serve.add_argument("--served-model-name", default=None, help="model id of the API (default: the folder name)")
-    serve.add_argument("--max-model-len", type=int, default=None, help="context length (default: the model's own)")
-    serve.add_argument(
-        "--compile-timeout",
-        type=float,
-        default=DEFAULT_LIMITS.compile_timeout_s,
-        metavar="SECONDS",
-        help="wall-clock limit of one grammar compilation (400 compile_timeout past it)",
-    )
-    serve.add_argument(
-        "--max-num-seqs", type=int, default=EngineConfig.max_num_seqs, help="sequences the engine batches at once"
-    )
-    serve.add_argument(
-        "--compile-workers",
-        type=int,
-        default=None,
-        help="grammar compile worker processes (default: one per core, at least 2, bounded by memory)",
-    )
-    serve.add_argument(
-        "--compile-queue-timeout",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="longest wait for a free compile worker (then 503 compile_unavailable); the compile then has its own"
-        " --compile-timeout",
-    )
-    serve.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=30.0,
-        metavar="SECONDS",
-        help="on SIGTERM: how long requests in flight may take to finish (new ones get 503)",
-    )
-    serve.add_argument(
-        "--no-jump-forward",
-        dest="jump_forward",
-        action="store_false",
-        help="decode the tokens a grammar forces at the start instead of taking them as prompt",
-    )
-    serve.add_argument(
-        "--no-budget-floor",
-        dest="budget_floor",
-        action="store_false",
-        help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
-    )
-    _add_repetition_guard(serve)
-    _add_no_guards(serve)
-    serve.add_argument(
-        "--forced-drafts",
-        type=int,
-        default=0,
-        metavar="K",
-        help="draft up to K tokens a grammar forces, verified by vLLM's speculative decoding (default 0: off;"
-        " min_p and logit_bias are then refused)",
-    )
-    serve.add_argument("--tensor-parallel-size", type=int, default=1, help="GPUs one model is split over")
-    serve.add_argument("--data-parallel-size", type=int, default=1, help="engine replicas in this server (GPU)")
-    add_logging(serve, default="uvicorn's at info, the engine's errors only")
-    serve.set_defaults(func=_serve)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=EngineArgParser)
+    sub.add_parser("generate", help="one constrained generation; prints the Verdict as JSON", flags=_generate_flags)
+    sub.add_parser("serve", help="the OpenAI-compatible HTTP server", flags=_serve_flags)
 
     from tokenmold.service.batch.cli import add_commands
 
@@ -215,7 +109,188 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_dtype(parser: argparse.ArgumentParser) -> None:
+def _generate_flags(gen: argparse.ArgumentParser) -> None:
+    """``generate``'s own flags (vLLM's engine arguments join them: ``service/engine_args.py``)."""
+    own = gen.add_argument_group("tokenmold")
+    shape = own.add_mutually_exclusive_group(required=True)
+    shape.add_argument("--schema", metavar="FILE", help="JSON Schema file ('-' for stdin)")
+    shape.add_argument("--pydantic", metavar="MODULE:CLASS", help="a pydantic model class")
+    shape.add_argument(
+        "--grammar", metavar="FILE", help="grammar file: EBNF (xgrammar/GBNF, rule `root`) or Lark (rule `start`)"
+    )
+    shape.add_argument("--regex", metavar="RE", help="a regular expression for the whole output")
+    shape.add_argument("--choice", metavar="A,B,...", help="comma-separated choices")
+    own.add_argument("--prompt", required=True, help="the user message")
+    own.add_argument("--max-tokens", type=int, default=None)
+    own.add_argument("--temperature", type=float, default=0.0)
+    own.add_argument("--seed", type=int, default=None, help="the sampling seed of this generation (not vLLM's)")
+    own.add_argument("--stop", action="append", default=[], help="a stop string (repeatable)")
+    own.add_argument("--strict", action="store_true", help="OpenAI strict schema semantics")
+    own.add_argument(
+        "--fit-budget",
+        action="store_true",
+        help="budget fitting: the JSON closes within --max-tokens (exit 5 when the budget shortened it)",
+    )
+    own.add_argument(
+        "--max-extra-properties",
+        type=int,
+        default=None,
+        help="keys an explicitly open object may get beyond those it lists (default 8)",
+    )
+    _add_model(own)
+    _add_chat_template(own)
+    _add_repetition_guard(own)
+    add_logging(own)
+    _add_no_guards(own)
+    gen.set_defaults(func=_generate)
+
+
+def _serve_flags(serve: argparse.ArgumentParser) -> None:
+    """``serve``'s own flags (vLLM's engine arguments join them: ``service/engine_args.py``)."""
+    from tokenmold.grammar.limits import DEFAULT_LIMITS
+
+    own = serve.add_argument_group("tokenmold")
+    _add_model(own)
+    own.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    own.add_argument("--port", type=int, default=8000)
+    own.add_argument(
+        "--api-key",
+        default=os.environ.get("TOKENMOLD_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on every route but /health (default: $TOKENMOLD_API_KEY; none: open)",
+    )
+    own.add_argument("--max-body-bytes", type=int, default=2_000_000, help="larger request bodies get 413")
+    own.add_argument("--max-file-bytes", type=int, default=200_000_000, help="larger /v1/files uploads get 413")
+    own.add_argument(
+        "--batch-dir",
+        type=Path,
+        default=None,
+        help="state of /v1/files and /v1/batches (default: $TOKENMOLD_HOME/batch)",
+    )
+    own.add_argument(
+        "--reject-unaccepted",
+        action="store_true",
+        help="answer HTTP 422 instead of 200 for truncated or invalid results",
+    )
+    own.add_argument(
+        "--reasoning-parser",
+        default=None,
+        help="vLLM reasoning parser with start/end markers (e.g. qwen3, deepseek_r1; olmo3 for the embedded"
+        " model): thinking unconstrained, answer constrained",
+    )
+    own.add_argument(
+        "--trust-request-chat-template",
+        action="store_true",
+        help="accept a chat template in the request body (chat_template), as vLLM's flag of the same name",
+    )
+    _add_tool_call_format(own)
+    own.add_argument(
+        "--enable-auto-tool-choice",
+        action="store_true",
+        help="accepted for vLLM command lines: tool_choice 'auto' needs no flag here",
+    )
+    _add_chat_template(own)
+    own.add_argument("--served-model-name", default=None, help="model id of the API (default: the folder name)")
+    own.add_argument(
+        "--compile-timeout",
+        type=float,
+        default=DEFAULT_LIMITS.compile_timeout_s,
+        metavar="SECONDS",
+        help="wall-clock limit of one grammar compilation (400 compile_timeout past it)",
+    )
+    own.add_argument(
+        "--compile-workers",
+        type=int,
+        default=None,
+        help="grammar compile worker processes (default: one per core, at least 2, bounded by memory)",
+    )
+    own.add_argument(
+        "--compile-queue-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="longest wait for a free compile worker (then 503 compile_unavailable); the compile then has its own"
+        " --compile-timeout",
+    )
+    own.add_argument(
+        "--shutdown-grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on SIGTERM: how long requests in flight may take to finish (new ones get 503)",
+    )
+    own.add_argument(
+        "--no-jump-forward",
+        dest="jump_forward",
+        action="store_false",
+        help="decode the tokens a grammar forces at the start instead of taking them as prompt",
+    )
+    own.add_argument(
+        "--no-budget-floor",
+        dest="budget_floor",
+        action="store_false",
+        help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
+    )
+    _add_repetition_guard(own)
+    _add_no_guards(own)
+    own.add_argument(
+        "--forced-drafts",
+        type=int,
+        default=0,
+        metavar="K",
+        help="draft up to K tokens a grammar forces, verified by vLLM's speculative decoding (default 0: off;"
+        " min_p and logit_bias are then refused; not with --speculative-config)",
+    )
+    add_logging(own, default="uvicorn's at info, the engine's errors only")
+    serve.set_defaults(func=_serve)
+
+
+def _add_model(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
+    _add_dtype(parser)
+
+
+def _add_chat_template(parser: argparse._ActionsContainer) -> None:
+    parser.add_argument(
+        "--chat-template",
+        default=None,
+        metavar="FILE|TEMPLATE",
+        help="the chat template instead of the model's own: a file, or the template itself (as vLLM takes it)",
+    )
+
+
+def _add_tool_call_format(parser: argparse._ActionsContainer) -> None:
+    from tokenmold.grammar.toolformats import FORMATS
+
+    either = parser.add_mutually_exclusive_group()
+    either.add_argument(
+        "--tool-call-format",
+        default=None,
+        choices=sorted(FORMATS),
+        help="how the model writes tool calls (default: detected from its chat template; hermes if none)",
+    )
+    either.add_argument(
+        "--tool-call-parser",
+        dest="tool_call_format",
+        type=_tool_call_parser,
+        metavar="{" + ",".join(_VLLM_TOOL_PARSERS) + "}",
+        help="vLLM's name for --tool-call-format",
+    )
+
+
+#: vLLM's tool-call parsers that write tool calls as one of tokenmold's formats.
+_VLLM_TOOL_PARSERS = {"hermes": "hermes", "llama3_json": "llama3", "mistral": "mistral"}
+
+
+def _tool_call_parser(value: str) -> str:
+    if value not in _VLLM_TOOL_PARSERS:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not one of tokenmold's tool-call formats; the vLLM parsers it has are "
+            + ", ".join(f"{name} (--tool-call-format {own})" for name, own in _VLLM_TOOL_PARSERS.items())
+        )
+    return _VLLM_TOOL_PARSERS[value]
+
+
+def _add_dtype(parser: argparse._ActionsContainer) -> None:
     parser.add_argument(
         "--dtype",
         default=AUTO,
@@ -225,7 +300,7 @@ def _add_dtype(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_logging(parser: argparse.ArgumentParser, *, default: str = "the engine's errors only") -> None:
+def add_logging(parser: argparse._ActionsContainer, *, default: str = "the engine's errors only") -> None:
     """``--verbose`` and ``--log-level``: the engine's logs (vLLM's, in every process it starts,
     torch's, transformers') and Python's warnings are shown only when asked for; by default stderr
     holds tokenmold's own lines and errors (``environment.configure_logging``)."""
@@ -240,7 +315,7 @@ def add_logging(parser: argparse.ArgumentParser, *, default: str = "the engine's
     )
 
 
-def _add_repetition_guard(parser: argparse.ArgumentParser) -> None:
+def _add_repetition_guard(parser: argparse._ActionsContainer) -> None:
     from tokenmold.service.repetition import RepetitionGuard
 
     parser.add_argument(
@@ -253,7 +328,7 @@ def _add_repetition_guard(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_no_guards(parser: argparse.ArgumentParser) -> None:
+def _add_no_guards(parser: argparse._ActionsContainer) -> None:
     parser.add_argument(
         "--no-guards",
         dest="guards",
@@ -277,7 +352,6 @@ def _repetition_guard(value: str) -> RepetitionGuard | None:
 def _generate(args: argparse.Namespace) -> int:
     from tokenmold.grammar import CompileOptions, ShapeError
     from tokenmold.schemas.sampling import SamplingOptions
-    from tokenmold.service.engine import EngineConfig
     from tokenmold.service.errors import RequestError
     from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
 
@@ -292,10 +366,18 @@ def _generate(args: argparse.Namespace) -> int:
         )
     except (ShapeError, ValueError) as exc:
         raise BadInput(_one_line(exc)) from None
+    config = RuntimeConfig(
+        engine=engine_config(args),
+        repetition_guard=args.repetition_guard,
+        guards=args.guards,
+        chat_template=args.chat_template,
+    )
 
     async def run() -> int:
-        engine = EngineConfig(model=args.model, dtype=args.dtype)
-        runtime = Runtime(RuntimeConfig(engine=engine, repetition_guard=args.repetition_guard, guards=args.guards))
+        try:
+            runtime = Runtime(config)
+        except ValueError as exc:  # configuration refused before the engine starts (e.g. chat template)
+            raise BadInput(_one_line(exc)) from None
         try:
             layout = {} if args.max_extra_properties is None else {"max_extra_properties": args.max_extra_properties}
             options = CompileOptions(strict=args.strict, **layout)

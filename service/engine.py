@@ -6,21 +6,25 @@ token set, and turning a request into engine outputs. Compilation and validation
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
 import gc
 import itertools
 import logging
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.service.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
+from tokenmold.service.engine_args import check_names, refused
 from tokenmold.service.environment import configure_environment, set_kv_cache_space
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 
 if TYPE_CHECKING:
     from vllm import RequestOutput, SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
 
     from tokenmold.service.model_info import ModelInfo
 
@@ -62,6 +66,11 @@ class EngineConfig:
     forced_drafts:
         Draft up to this many tokens a grammar forces, verified by vLLM's speculative decoding
         (``service/forced_drafts.py``); 0: off.
+    engine_args:
+        Any other vLLM engine argument by its ``EngineArgs`` name (``enable_prefix_caching``,
+        ``quantization``, ``speculative_config``...), given to vLLM as it is on top of the above
+        (``service/engine_args.py``; ``with_args`` sorts names into both). A ``ValueError`` refuses
+        one that cannot apply here.
     """
 
     model: str | None = None
@@ -76,6 +85,27 @@ class EngineConfig:
     data_parallel_size: int = 1
     reasoning_parser: str | None = None
     forced_drafts: int = 0
+    engine_args: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        reason = refused(self.engine_args, forced_drafts=self.forced_drafts)
+        if reason is not None:
+            raise ValueError(reason)
+
+    def with_args(self, **args: Any) -> EngineConfig:
+        """This configuration with ``args`` (vLLM engine arguments, or this class's fields, by name)
+        set; a ``TypeError`` names any that is neither."""
+        own = {f.name for f in fields(self)} - {"engine_args"}
+        named = {name: value for name, value in args.items() if name in own}
+        engine_args = {name: value for name, value in args.items() if name not in own}
+        if engine_args:
+            check_names(engine_args)
+        return dataclasses.replace(self, **named, engine_args={**self.engine_args, **engine_args})
+
+    @property
+    def speculative(self) -> bool:
+        """The engine runs vLLM's speculative decoding (forced drafts or ``--speculative-config``)."""
+        return self.forced_drafts > 0 or bool(self.engine_args.get("speculative_config"))
 
 
 def _forced_drafts(tokens: int) -> dict[str, Any] | None:
@@ -84,6 +114,37 @@ def _forced_drafts(tokens: int) -> dict[str, Any] | None:
         return None
     proposer = "tokenmold.service.forced_drafts.ForcedTokenProposer"
     return {"method": "custom_class", "model": proposer, "num_speculative_tokens": tokens}
+
+
+def vllm_engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
+    """vLLM's engine arguments for ``config``, built as vLLM's own server builds them
+    (``from_cli_args``): tokenmold's defaults, and on top the arguments given (``engine_args``)."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    eager = on_cpu if config.enforce_eager is None else config.enforce_eager
+    native_bf16 = on_cpu and host_has_native_bf16()
+    dtype = resolve_dtype(config.dtype, on_cpu=on_cpu, native_bf16=native_bf16, x86=host_is_x86())
+    base = dict(
+        model=model_path,
+        max_model_len=config.max_model_len,
+        enforce_eager=eager,
+        dtype=dtype,
+        seed=config.seed,
+        max_num_seqs=config.max_num_seqs,
+        tensor_parallel_size=config.tensor_parallel_size,
+        data_parallel_size=config.data_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        structured_outputs_config={"backend": "xgrammar"},
+        # Given here, not in structured_outputs_config: vLLM then also sets up its reasoning config,
+        # which its thinking_token_budget needs (the markers it counts and forces).
+        reasoning_parser=config.reasoning_parser or "",
+        speculative_config=_forced_drafts(config.forced_drafts),
+        # The weights' loading bar is progress at vLLM's INFO level: shown when vLLM logs INFO.
+        use_tqdm_on_load=logging.getLogger("vllm").isEnabledFor(logging.INFO),
+    )
+    return AsyncEngineArgs.from_cli_args(argparse.Namespace(**{**base, **config.engine_args}))
 
 
 class Engine:
@@ -96,37 +157,11 @@ class Engine:
         from tokenmold.service.vllm_plugin import register
 
         register()
-        from vllm.config import StructuredOutputsConfig
-        from vllm.engine.arg_utils import AsyncEngineArgs
-        from vllm.platforms import current_platform
         from vllm.v1.engine.async_llm import AsyncLLM
 
         started = time.monotonic()
         self.model_path = model.path
-        on_cpu = current_platform.is_cpu()
-        eager = on_cpu if config.enforce_eager is None else config.enforce_eager
-        native_bf16 = on_cpu and host_has_native_bf16()
-        dtype = resolve_dtype(config.dtype, on_cpu=on_cpu, native_bf16=native_bf16, x86=host_is_x86())
-        args = AsyncEngineArgs(
-            model=self.model_path,
-            max_model_len=config.max_model_len,
-            enforce_eager=eager,
-            dtype=dtype,
-            seed=config.seed,
-            max_num_seqs=config.max_num_seqs,
-            tensor_parallel_size=config.tensor_parallel_size,
-            data_parallel_size=config.data_parallel_size,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
-            # Given here, not in structured_outputs_config: vLLM then also sets up its reasoning config,
-            # which its thinking_token_budget needs (the markers it counts and forces).
-            reasoning_parser=config.reasoning_parser or "",
-            speculative_config=_forced_drafts(config.forced_drafts),
-            disable_log_stats=True,
-            # The weights' loading bar is progress at vLLM's INFO level: shown when vLLM logs INFO.
-            use_tqdm_on_load=logging.getLogger("vllm").isEnabledFor(logging.INFO),
-        )
-        self.llm = AsyncLLM.from_engine_args(args)
+        self.llm = AsyncLLM.from_engine_args(vllm_engine_args(config, self.model_path))
         self.config = config
         self.tokenizer = model.tokenizer
         self.max_model_len: int = self.llm.model_config.max_model_len

@@ -30,12 +30,15 @@ class ModelInfo:
     tool_format: ToolFormat
 
     @classmethod
-    def load(cls, path: str, *, tool_call_format: str | None = None) -> ModelInfo:
+    def load(cls, path: str, *, tool_call_format: str | None = None, chat_template: str | None = None) -> ModelInfo:
         """``tool_call_format`` names a format (``--tool-call-format``) instead of the detected one;
-        an unknown name is a ``ValueError``."""
+        an unknown name is a ``ValueError``. ``chat_template`` replaces the model's own template
+        (``--chat-template``): prompts, the detected tool-call format and the stop tokens follow it."""
         from transformers import AutoConfig, AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(path)
+        if chat_template is not None:
+            tokenizer.chat_template = chat_template
         config = AutoConfig.from_pretrained(path)
         text_config = getattr(config, "get_text_config", lambda: config)()
         generation = _read_json(Path(path) / "generation_config.json")

@@ -95,7 +95,11 @@ class ReasoningParser:
         except (KeyError, RuntimeError) as exc:
             raise ValueError(f"reasoning parser {name!r}: {exc.args[0] if exc.args else exc}") from None
         if not parser.reasoning_end_str:
-            raise ValueError(f"the reasoning parser {name!r} has no end marker to split the answer off at")
+            raise ValueError(
+                f"the reasoning parser {name!r} cannot apply on tokenmold: it has no end marker to split the answer"
+                " off at (tokenmold takes the parsers that mark thinking with start/end strings, e.g. deepseek_r1,"
+                " olmo3, glm45)"
+            )
         markers = ReasoningMarkers(end=parser.reasoning_end_str, start=parser.reasoning_start_str)
         probe = tokenizer.encode(f"{markers.start or ''}Thinking.{markers.end}", add_special_tokens=False)
         if not parser.is_reasoning_end(probe):

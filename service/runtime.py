@@ -54,6 +54,9 @@ class RuntimeConfig:
     #: A tool-call format by name (``tokenmold.grammar.toolformats``); ``None``: the one the chat
     #: template teaches.
     tool_call_format: str | None = None
+    #: The chat template instead of the model's own: a file, or the template itself (vLLM's
+    #: ``--chat-template``, read by vLLM's loader).
+    chat_template: str | None = None
 
     #: Run the guards beside llguidance's mask (``tokenmold.grammar.guards``); off, the grammar
     #: engines get whole schemas and validation alone judges what the guards would have held.
@@ -186,7 +189,11 @@ class Runtime:
         self.config = config
         # Before the tokenizer loads: the embedded model must never reach for the hub.
         configure_environment(embedded_model=config.engine.model is None)
-        self.model = ModelInfo.load(resolve_model(config.engine.model), tool_call_format=config.tool_call_format)
+        self.model = ModelInfo.load(
+            resolve_model(config.engine.model),
+            tool_call_format=config.tool_call_format,
+            chat_template=_chat_template(config.chat_template),
+        )
         #: Set when the engine runs with a reasoning parser: outputs are split into thinking + answer.
         #: Resolved first, so that an unusable parser is refused before anything starts.
         parser = config.engine.reasoning_parser
@@ -464,7 +471,7 @@ class Runtime:
             stop_token_ids=self.engine.stop_token_ids,
             room=room,
             stream=stream,
-            drafts=self.config.engine.forced_drafts > 0,
+            drafts=self.config.engine.speculative,
             skip_special_tokens=not (
                 compiled is not None
                 and isinstance(compiled.shape.source, ToolCalls)
@@ -519,6 +526,20 @@ class Runtime:
         engine, self._engine = self._engine, None
         if engine is not None:
             engine.shutdown()
+
+
+def _chat_template(given: str | None) -> str | None:
+    """The text of ``--chat-template`` (a file, a template of vLLM's own by name, or the template
+    itself), read as vLLM's server reads it; a ``ValueError`` says why it cannot be read."""
+    if given is None:
+        return None
+    from vllm.exceptions import VLLMValidationError
+    from vllm.renderers.chat_utils import load_chat_template
+
+    try:
+        return load_chat_template(given)
+    except (OSError, VLLMValidationError) as exc:
+        raise ValueError(f"--chat-template: {exc}") from None
 
 
 def _budget(sampling: SamplingOptions, room: int) -> int:

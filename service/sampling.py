@@ -37,15 +37,15 @@ def to_sampling_params(
     after the prompt: the default max_tokens, so that "context full" ends as ``length``.
     ``skip_special_tokens=False`` keeps control tokens in the text (a tool-call format whose marker
     is one, such as Mistral's ``[TOOL_CALLS]``, is parsed from the text). ``drafts``: the engine
-    runs speculative decoding (``serve --forced-drafts``), which drops ``min_p`` and ``logit_bias``
-    without a word: a request that sets them is refused instead.
+    runs speculative decoding (``serve --forced-drafts`` or ``--speculative-config``), which drops
+    ``min_p`` and ``logit_bias`` without a word: a request that sets them is refused instead.
     """
     if drafts:
         for param, value in (("min_p", options.min_p), ("logit_bias", options.logit_bias)):
             if value:
                 raise RequestError(
-                    f"{param} is not available on this server: it runs with --forced-drafts, and vLLM's "
-                    "speculative decoding ignores min_p and logit_bias",
+                    f"{param} is not available on this server: it runs vLLM's speculative decoding (--forced-drafts "
+                    "or --speculative-config), which ignores min_p and logit_bias",
                     param=param,
                 )
     # vLLM is imported here, not at module level: the engine (which configures vLLM's environment

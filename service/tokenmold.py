@@ -14,6 +14,7 @@ synchronous callers can use it; async callers can use ``Tokenmold.runtime`` dire
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -28,9 +29,15 @@ T = TypeVar("T")
 
 
 class Tokenmold:
-    """A started engine. Parameters are ``RuntimeConfig``'s; see ``tokenmold.service.engine.EngineConfig``."""
+    """A started engine. Parameters are ``RuntimeConfig``'s; see ``tokenmold.service.engine.EngineConfig``.
 
-    def __init__(self, config: RuntimeConfig = RuntimeConfig()) -> None:
+    Keyword arguments are vLLM's engine arguments by name, as ``tokenmold serve`` takes them on its
+    command line: ``Tokenmold(enable_prefix_caching=True, max_num_batched_tokens=1024)``.
+    """
+
+    def __init__(self, config: RuntimeConfig = RuntimeConfig(), **engine_args: Any) -> None:
+        if engine_args:
+            config = dataclasses.replace(config, engine=config.engine.with_args(**engine_args))
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="tokenmold-loop", daemon=True)
         self._thread.start()

@@ -14,6 +14,8 @@ from pathlib import Path
 import openai
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
 
+from tokenmold.service.model_home import default_model_dir
+
 KEY = "sk-tokenmold-test"
 MODEL = "SmolLM2-135M-Instruct"
 #: The body limit: above the adversarial corpus's largest legitimate body (a 100,000-value enum).
@@ -23,9 +25,20 @@ MAX_BODY = 4_000_000
 COMPILE_TIMEOUT_S = 5
 
 
+#: vLLM engine arguments the shared server runs with, as a vLLM command line spells them
+#: (``test_api_engine_flags.py`` checks they reach the engine): prefix caching, a smaller
+#: prefill chunk than vLLM's CPU default (2048), and the model's own chat template given as a
+#: file, so that nothing else changes.
+ENGINE_FLAGS = (
+    "--enable-prefix-caching",
+    "--max-num-batched-tokens", "1024",
+    "--chat-template", str(default_model_dir() / "chat_template.jinja"),
+)  # fmt: skip
+
+
 def server_args(batch_dir: Path) -> tuple[str, ...]:
     """The shared server's flags: the model's own context (the 128 tools' prompt is ~3k tokens),
-    an API key, two compile workers, and a batch folder for ``/v1/batches``."""
+    an API key, two compile workers, a batch folder for ``/v1/batches``, and ``ENGINE_FLAGS``."""
     return (
         "--api-key", KEY,
         "--compile-timeout", str(COMPILE_TIMEOUT_S),
@@ -33,6 +46,7 @@ def server_args(batch_dir: Path) -> tuple[str, ...]:
         "--max-body-bytes", str(MAX_BODY),
         "--batch-dir", str(batch_dir),
         "--log-level", "warning",
+        *ENGINE_FLAGS,
     )  # fmt: skip
 
 

@@ -40,7 +40,9 @@ def early(work: EarlyWork) -> None:
     (``early.py``): each a real ``tokenmold`` process, as a user runs it."""
     schema = work.folder("cli") / "story.json"
     schema.write_text(json.dumps(STORY))
-    work.run("generate-truncated", "generate", "--schema", str(schema), *ASK_FOR_A_STORY)
+    # With vLLM engine arguments as a vLLM command line spells them: they reach the engine, quietly.
+    engine_flags = ("--max-num-batched-tokens", "512", "--enable-prefix-caching")
+    work.run("generate-truncated", "generate", "--schema", str(schema), *ASK_FOR_A_STORY, *engine_flags)
     work.run("generate-fitted", "generate", "--schema", str(schema), *ASK_FOR_A_STORY, "--fit-budget", "--verbose")
     e2e = work.folder("cli") / "e2e.json"
     bench = ("--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--repeats", "2", "--json", str(e2e))

@@ -84,5 +84,6 @@ def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle 
         per_path={"/v1/files": (settings.max_file_bytes, "--max-file-bytes")},
     )
     app.add_middleware(Gate, lifecycle=lifecycle or Lifecycle())
+    app.add_middleware(errors.Guard)  # every unexpected exception answered (a 500, or a stream's error event)
     app.add_middleware(MetricsMiddleware, metrics=generation.metrics)  # outermost: sees every status
     return app

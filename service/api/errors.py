@@ -13,15 +13,22 @@
 | grammar ``CompileUnavailable`` (compile worker killed; no worker free in time) | 503 | ``compile_unavailable`` |
 | any request while draining (SIGTERM) or once the engine died (``lifecycle.Gate``) | 503 | ``shutting_down``, |
 | | | ``engine_unavailable`` |
-| anything else | 500 | ``internal_error`` (logged; no internals in the body) |
+| anything else | 500 | ``internal_error``: an error id in the message and ``X-Error-Id``, logged with it |
 
 Shape errors keep their precise message (JSON Pointer, keyword, line:column); ``param`` names the
 request field the shape came from.
+
+Nothing unexpected ends in a dropped connection (``Guard``): an exception before the response
+starts is a JSON 500; one in a stream (server-sent events, whose status line is long gone) ends it
+with an error event carrying the same body, then ``data: [DONE]``. Either carries an error id that
+the server log's traceback carries too, and no internals.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import uuid
 from typing import Any
 
 import pydantic
@@ -153,8 +160,59 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("internal error on %s %s", request.method, request.url.path)
-        return error_response(500, "internal error; the server log has the details", code="internal_error")
+        """Outside ``Guard`` (in the metrics middleware): Starlette's last resort, with an id too."""
+        return internal_response(logged_error(exc, request.method, request.url.path))
+
+
+def logged_error(exc: BaseException, method: str, path: str) -> str:
+    """Log ``exc`` with its traceback under a new error id, and return the id."""
+    error_id = f"err-{uuid.uuid4().hex[:16]}"
+    log.error("internal error %s on %s %s", error_id, method, path, exc_info=exc)
+    return error_id
+
+
+def internal_response(error_id: str) -> JSONResponse:
+    message = f"internal error {error_id}; the server log has the details under this id"
+    return error_response(500, message, code="internal_error", headers={"X-Error-Id": error_id})
+
+
+class Guard:
+    """ASGI middleware: an unexpected exception from the app is logged with an error id and
+    answered, never left to drop the connection: a JSON 500 before the response started; after
+    (a stream), the body ends with an error event (``data: {500 body}``, then ``data: [DONE]``,
+    which the OpenAI SDKs raise as an error for chat, completions and Responses streams alike)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = ended = stream = False
+
+        async def watched(message: dict[str, Any]) -> None:
+            nonlocal started, ended, stream
+            if message["type"] == "http.response.start":
+                started = True
+                stream = dict(message.get("headers", [])).get(b"content-type", b"").startswith(b"text/event-stream")
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                ended = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except Exception as exc:
+            error_id = logged_error(exc, scope.get("method", ""), scope.get("path", ""))
+            try:
+                if not started:
+                    await internal_response(error_id)(scope, receive, send)
+                elif not ended:
+                    body = json.loads(bytes(internal_response(error_id).body)) if stream else None
+                    events = f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n".encode() if stream else b""
+                    await send({"type": "http.response.body", "body": events, "more_body": False})
+            except OSError:  # the client is gone: nobody to tell
+                pass
 
 
 def _validation_error(errors: Any, *, drop_prefix: bool, body: Any = None) -> JSONResponse:

@@ -98,6 +98,8 @@ class Generation:
         self.check_model(body.model)
         reject = reject_unaccepted(request)
         model = self.settings.model_name
+        if not body.stream and body.stream_options is not None:  # as vLLM answers it
+            raise RequestError("stream_options can only be set when stream is true", param="stream_options")
         if not body.stream:
             return await self.complete(request, plan, reject=reject, answer=lambda r: answer(r, plan, model=model))
         options = body.stream_options or StreamOptions()

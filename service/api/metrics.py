@@ -1,8 +1,11 @@
-"""Prometheus metrics, on a registry of our own (nothing of vLLM's or the process default's).
+"""Prometheus metrics, on a registry of our own, and vLLM's engine metrics beside them.
 
 Requests by route and status and their latency come from a middleware (a streamed response counts
 until its last byte); tokens, verdicts and compile waits from the generation path; the grammar cache
-is read from the compiler when scraped.
+is read from the compiler when scraped. vLLM's own ``vllm:`` families (prefix-cache queries and
+hits, KV-cache use, scheduler queues...), which its engine records in the process's default
+registry unless ``--disable-log-stats``, are passed through as vLLM's server shows them; nothing
+else of the default registry is.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
@@ -61,6 +64,7 @@ class Metrics:
         r.register(_CacheCollector(cache_stats))
         r.register(_PoolCollector(pool_stats))
         r.register(_EngineCollector(engine_stats))
+        r.register(_VllmCollector())
 
     def observe_verdict(self, verdict: Verdict, *, count_prompt: bool) -> None:
         """One finished output; its prompt is counted once per request (``count_prompt``)."""
@@ -152,6 +156,13 @@ class _EngineCollector:
         yield CounterMetricFamily(
             "tokenmold_engine_requests_aborted", "Engine requests aborted because the client left.", value=stats.aborted
         )
+
+
+class _VllmCollector:
+    """vLLM's ``vllm:`` metric families, read from the default registry at scrape time."""
+
+    def collect(self) -> Iterator[Any]:
+        return (family for family in REGISTRY.collect() if family.name.startswith("vllm:"))
 
 
 class MetricsMiddleware:

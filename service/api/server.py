@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import socket
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -19,7 +20,6 @@ import uvicorn
 
 from tokenmold.grammar import Limits
 from tokenmold.service.api.lifecycle import Lifecycle
-from tokenmold.service.engine import EngineConfig
 from tokenmold.service.errors import BadInput
 from tokenmold.service.runtime import Runtime, RuntimeConfig
 
@@ -73,25 +73,24 @@ def _listen(host: str, port: int) -> socket.socket:
 def serve(args: argparse.Namespace) -> int:
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
+    from tokenmold.service.cli import engine_config
 
+    engine = engine_config(args, reasoning_parser=args.reasoning_parser, forced_drafts=args.forced_drafts)
+    if args.enable_auto_tool_choice:
+        print(
+            "tokenmold: note: --enable-auto-tool-choice is not needed: tool_choice 'auto' is served without it",
+            file=sys.stderr,
+        )
     sock = _listen(args.host, args.port)
     runtime = Runtime(
         RuntimeConfig(
-            engine=EngineConfig(
-                model=args.model,
-                dtype=args.dtype,
-                max_model_len=args.max_model_len,
-                max_num_seqs=args.max_num_seqs,
-                tensor_parallel_size=args.tensor_parallel_size,
-                data_parallel_size=args.data_parallel_size,
-                reasoning_parser=args.reasoning_parser,
-                forced_drafts=args.forced_drafts,
-            ),
+            engine=engine,
             limits=Limits(compile_timeout_s=args.compile_timeout),
             compile_workers=args.compile_workers,
             compile_queue_timeout_s=args.compile_queue_timeout,
             jump_forward=args.jump_forward,
             tool_call_format=args.tool_call_format,
+            chat_template=args.chat_template,
             repetition_guard=args.repetition_guard,
             guards=args.guards,
             budget_floor=args.budget_floor,
