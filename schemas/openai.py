@@ -241,6 +241,8 @@ class GenerationRequest(_Body):
     stop_token_ids: list[int] | None = None
     # tokenmold's budget fitting (docs/api.md).
     budget: Literal["default", "fit"] | None = None
+    #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
+    repeated_call_guard: bool | None = None
     # Accepted for compatibility; they change nothing.
     user: str | None = None
     metadata: dict[str, str] | None = None

@@ -187,6 +187,13 @@ def _parser() -> argparse.ArgumentParser:
         help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
     )
     _add_repetition_guard(serve)
+    serve.add_argument(
+        "--repeated-call-guard",
+        choices=("on", "off"),
+        default="on",
+        help="end a tool-call turn at a call identical to one it already made, dropping the repeat (default on; "
+        "finish_reason 'tool_calls', stop_reason 'repeated_call'); off: the model may repeat calls until max_tokens",
+    )
     _add_no_guards(serve)
     serve.add_argument(
         "--forced-drafts",

@@ -60,6 +60,9 @@ class RuntimeConfig:
     guards: bool = True
     #: Stop an output looping inside one JSON value (``service/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
+    #: End a tool-call turn at a call identical to one it already made (the repeat is dropped); a
+    #: request's ``repeated_call_guard`` overrides it.
+    repeated_call_guard: bool = True
     #: Refuse a ``max_tokens`` below the shape's shortest output (400 ``budget_too_small``). Off,
     #: such a request is decoded and comes back ``truncated``, as on vLLM; the throughput benchmark
     #: turns it off to decode a structure that never closes to a fixed length.
@@ -137,6 +140,8 @@ class _Prepared:
     params: SamplingParams
     #: The spec the engine got, when it asked for budget fitting (the verdict replays with it).
     fit_spec: EngineSpec | None
+    #: The repeated-call guard watches this request's tool calls (``service/repeated_calls.py``).
+    repeated_calls: bool = False
 
     @property
     def engine_prompt(self) -> list[int]:
@@ -304,6 +309,7 @@ class Runtime:
                 usage=_usage(len(prompt_ids), len(entry.token_ids)),
                 looping_at=entry.looping_at,
                 fit=await self._fit_outcome(prepared, entry.token_ids),
+                repeated_calls=prepared.repeated_calls,
             )
             completions.append(Completion(index, verdict, entry.token_ids, entry.logprobs, reasoning))
         return GenerationResult(completions, compiled, len(prompt_ids))
@@ -378,6 +384,7 @@ class Runtime:
                             usage=_usage(len(prompt_ids), counts[out.index]),
                             looping_at=looping.pointer if looping is not None else None,
                             fit=await self._fit_outcome(prepared, tokens[out.index]),
+                            repeated_calls=prepared.repeated_calls,
                         )
                     yield StreamDelta(out.index, text, token_ids, logprobs, verdict, reasoning, len(prompt_ids))
                 if cut and len(ended) == params.n:
@@ -425,6 +432,10 @@ class Runtime:
         fit_spec = None
         if fit:
             fit_spec = spec = self.fitting.request(compiled, spec, _budget(sampling, room))
+        repeated_calls = self.repeated_call_guard(compiled, sampling)
+        if repeated_calls and spec is not None and spec.llguidance is not None:
+            assert compiled is not None and isinstance(compiled.shape.source, ToolCalls)
+            spec = spec.with_repeated_call_guard(compiled.shape.source.tool_format.name)
         params = to_sampling_params(
             sampling,
             engine_spec=spec,
@@ -438,7 +449,16 @@ class Runtime:
                 and compiled.shape.source.tool_format.control_tokens
             ),
         )
-        return _Prepared(compiled, prompt_ids, forced, params, fit_spec)
+        return _Prepared(compiled, prompt_ids, forced, params, fit_spec, repeated_calls)
+
+    def repeated_call_guard(self, compiled: CompiledShape | None, sampling: SamplingOptions) -> bool:
+        """Whether the repeated-call guard watches a request: tool calls that may be several
+        (``parallel_tool_calls``), unless the request or the server turned it off."""
+        calls = compiled.shape.source if compiled is not None else None
+        if not isinstance(calls, ToolCalls) or not calls.parallel:
+            return False
+        wanted = sampling.repeated_call_guard
+        return self.config.repeated_call_guard if wanted is None else wanted
 
     def _fits_after_jump(
         self, compiled: CompiledShape | None, forced: ForcedPrefix, sampling: SamplingOptions, room: int

@@ -93,6 +93,7 @@ def serve(args: argparse.Namespace) -> int:
             jump_forward=args.jump_forward,
             tool_call_format=args.tool_call_format,
             repetition_guard=args.repetition_guard,
+            repeated_call_guard=args.repeated_call_guard == "on",
             guards=args.guards,
             budget_floor=args.budget_floor,
         )
