@@ -300,6 +300,11 @@ class Validation(BaseModel):
         default_factory=list,
         description="With status 'fitted' (budget 'fit'): JSON Pointers of what the budget shortened or left out.",
     )
+    stop_reason: int | str | None = Field(
+        default=None,
+        description="What ended the output besides an end-of-sequence token or max_tokens: a stop token id or "
+        "stop string, 'repetition' (the repetition guard) or 'repeated_call' (the repeated-call guard).",
+    )
 
 
 class TopLogprob(BaseModel):

@@ -205,7 +205,13 @@ def new_id(prefix: str) -> str:
 
 
 def validation(verdict: Verdict) -> Validation:
-    return Validation(status=verdict.status, errors=verdict.errors, keywords=verdict.keywords, cut=verdict.cut)
+    return Validation(
+        status=verdict.status,
+        errors=verdict.errors,
+        keywords=verdict.keywords,
+        cut=verdict.cut,
+        stop_reason=verdict.stop_reason,
+    )
 
 
 def unaccepted(verdicts: Iterable[tuple[int, Verdict]], *, fit: bool) -> list[ChoiceVerdict]:
