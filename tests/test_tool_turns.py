@@ -157,6 +157,7 @@ def test_fit_under_auto_with_a_response_format_streamed(client, question) -> Non
         response_format=Report,
         max_tokens=20,
         temperature=0,
+        stream_options={"include_usage": True},
         extra_body={"budget": "fit"},
     ) as stream:
         for _ in stream:
