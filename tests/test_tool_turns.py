@@ -38,36 +38,32 @@ WEATHER = {
 }
 
 
-def _turn(client: openai.OpenAI, max_tokens: int = 64, **extra: object):
-    return client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        max_tokens=max_tokens,
-        temperature=0,
-        extra_body=extra or None,
-    ).choices[0]
+AREA = {
+    "type": "object",
+    "properties": {"base": {"type": "integer"}, "height": {"type": "integer"}, "unit": {"type": "string"}},
+    "required": ["base", "height"],
+}
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+#: Two small tools and a question on which the model, unguarded, writes one call three times over
+#: (about 32 tokens each) before it ends.
+SMALL_TOOLS = [
+    {"type": "function", "function": {"name": name, "description": text, "parameters": parameters}}
+    for name, text, parameters in (
+        ("calculate_area", "Area of a triangle.", AREA),
+        ("get_weather", "Weather in a city.", CITY),
+    )
+]
+TRIANGLE = [{"role": "user", "content": "Find the area of a triangle with a base of 10 units and height of 5 units."}]
 
 
 def _calls(choice) -> list[tuple[str, object]]:
     return [(c.function.name, json.loads(c.function.arguments)) for c in choice.message.tool_calls or []]
 
 
-def _streamed(client: openai.OpenAI, max_tokens: int = 64, **extra: object) -> tuple[list, str, str | None, dict]:
+def _collected(stream) -> tuple[list, str, str | None, dict]:
     """The calls, the content, the finish reason and the validation a streamed turn adds up to."""
     calls: dict[int, list[str]] = {}
     content, finish, validation = "", None, {}
-    stream = client.chat.completions.create(
-        model=MODEL,
-        messages=ASK,
-        tools=TOOLS,
-        tool_choice="required",
-        max_tokens=max_tokens,
-        temperature=0,
-        stream=True,
-        extra_body=extra or None,
-    )
     for chunk in stream:
         for choice in chunk.choices:
             content += choice.delta.content or ""
@@ -81,35 +77,56 @@ def _streamed(client: openai.OpenAI, max_tokens: int = 64, **extra: object) -> t
 
 
 def test_a_repeated_call_ends_the_turn_with_the_call_once(client) -> None:
-    choice = _turn(client)
+    choice = client.chat.completions.create(
+        model=MODEL, messages=ASK, tools=TOOLS, tool_choice="required", max_tokens=64, temperature=0
+    ).choices[0]
     assert choice.finish_reason == "tool_calls" and _calls(choice) == [TOOL_7]
     assert not choice.message.content
     validation = choice.model_extra["validation"]
     assert validation["status"] == "accepted" and validation["stop_reason"] == "repeated_call"
 
 
+def _small_turn(client: openai.OpenAI, max_tokens: int, guard: bool, stream: bool = False):
+    return client.chat.completions.create(
+        model=MODEL,
+        messages=TRIANGLE,
+        tools=SMALL_TOOLS,
+        tool_choice="required",
+        max_tokens=max_tokens,
+        temperature=0,
+        stream=stream,
+        extra_body={"repeated_call_guard": guard},
+    )
+
+
+def test_the_engine_stops_at_the_repeat(client) -> None:
+    """Unguarded, the model writes the same call three times before it ends (the old behaviour);
+    guarded, the engine ends the output right after the second copy: fewer tokens are generated."""
+    off, on = _small_turn(client, 200, False), _small_turn(client, 200, True)
+    repeats = _calls(off.choices[0])
+    assert len(repeats) >= 3 and all(call == repeats[0] for call in repeats)
+    assert _calls(on.choices[0]) == repeats[:1] and on.choices[0].finish_reason == "tool_calls"
+    assert on.choices[0].model_extra["validation"]["stop_reason"] == "repeated_call"
+    assert on.usage.completion_tokens < off.usage.completion_tokens
+
+
 def test_a_streamed_turn_never_sends_the_repeat(client) -> None:
-    calls, content, finish, validation = _streamed(client)
-    assert calls == [TOOL_7] and content == "" and finish == "tool_calls"
+    calls, content, finish, validation = _collected(_small_turn(client, 200, True, stream=True))
+    assert len(calls) == 1 and content == "" and finish == "tool_calls"
     assert validation["stop_reason"] == "repeated_call"
-
-
-def test_with_the_guard_off_the_repeat_comes_back(client) -> None:
-    choice = _turn(client, repeated_call_guard=False)
-    assert _calls(choice) == [TOOL_7, TOOL_7]
-    assert choice.model_extra["validation"]["stop_reason"] is None
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
 def test_a_cut_turn_keeps_its_complete_call(client, streamed) -> None:
     """40 tokens: the first call is complete, the second (a repeat, unguarded) is cut off."""
     if streamed:
-        calls, content, finish, validation = _streamed(client, 40, repeated_call_guard=False)
+        complete, content, finish, validation = _collected(_small_turn(client, 40, False, stream=True))
     else:
-        choice = _turn(client, 40, repeated_call_guard=False)
-        calls, content, finish = _calls(choice), choice.message.content, choice.finish_reason
-        validation = choice.model_extra["validation"]
-    assert finish == "length" and calls == [TOOL_7]
+        whole = _small_turn(client, 40, False).choices[0]
+        complete, content, finish = _calls(whole), whole.message.content, whole.finish_reason
+        validation = whole.model_extra["validation"]
+    assert finish == "length" and len(complete) == 1
+    assert complete[0][0] in ("calculate_area", "get_weather")
     assert not content  # no markup of either call
     assert validation["status"] == "truncated" and [e["path"] for e in validation["errors"]] == ["/1"]
 
