@@ -303,6 +303,8 @@ class GenerationRequest(_Body):
     thinking_token_budget: int | None = None
     # tokenmold's budget fitting (docs/api.md).
     budget: Literal["default", "fit"] | None = None
+    #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
+    repeated_call_guard: bool | None = None
     # Accepted for compatibility; they change nothing.
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -363,6 +365,11 @@ class Validation(BaseModel):
     cut: list[str] = Field(
         default_factory=list,
         description="With status 'fitted' (budget 'fit'): JSON Pointers of what the budget shortened or left out.",
+    )
+    stop_reason: int | str | None = Field(
+        default=None,
+        description="What ended the output besides an end-of-sequence token or max_tokens: a stop token id or "
+        "stop string, 'repetition' (the repetition guard) or 'repeated_call' (the repeated-call guard).",
     )
 
 

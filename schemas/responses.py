@@ -254,6 +254,8 @@ class ResponsesRequest(_Body):
     min_tokens: int | None = None
     ignore_eos: bool | None = None
     budget: Literal["default", "fit"] | None = None
+    #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
+    repeated_call_guard: bool | None = None
     # vLLM's extensions (as in the chat API), so a vLLM client runs unchanged.
     structured_outputs: StructuredOutputs | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -279,6 +281,7 @@ EXTENSIONS = (
     "min_tokens",
     "ignore_eos",
     "budget",
+    "repeated_call_guard",
     "structured_outputs",
     "chat_template_kwargs",
     "chat_template",

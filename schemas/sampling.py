@@ -44,3 +44,9 @@ class SamplingOptions(BaseModel):
         "fits max_tokens, so a JSON answer closes in time (verdict 'fitted' with 'cut' when the budget changed "
         "it); 'default': an answer that runs out of tokens is 'truncated'.",
     )
+    repeated_call_guard: bool | None = Field(
+        default=None,
+        description="End a tool-call turn at a call identical to one it already made (same name, same "
+        "arguments as JSON): the repeat is dropped, finish_reason 'tool_calls', verdict stop_reason "
+        "'repeated_call'. Default: the server's (on unless served with --repeated-call-guard off).",
+    )

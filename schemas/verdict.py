@@ -62,7 +62,9 @@ class Verdict(BaseModel):
         default=None,
         description="The stop token id or stop string that ended the generation; null for EOS and max_tokens; "
         "'repetition' (with status 'truncated' and finish_reason 'length') when the repetition guard stopped "
-        "an output looping inside one value, whose JSON Pointer is then errors[0].path.",
+        "an output looping inside one value, whose JSON Pointer is then errors[0].path; 'repeated_call' "
+        "(with finish_reason 'stop') when the repeated-call guard ended a tool-call turn at a call identical to "
+        "one it already made: the repeat is dropped and the verdict judges the calls before it.",
     )
     text: str
     value: Any = Field(default=None, description="The parsed JSON value; only set when accepted.")

@@ -231,6 +231,13 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         help="decode a max_tokens below the shape's shortest output (it ends truncated) instead of a 400",
     )
     _add_repetition_guard(own)
+    own.add_argument(
+        "--repeated-call-guard",
+        choices=("on", "off"),
+        default="on",
+        help="end a tool-call turn at a call identical to one it already made, dropping the repeat (default on; "
+        "finish_reason 'tool_calls', stop_reason 'repeated_call'); off: the model may repeat calls until max_tokens",
+    )
     _add_no_guards(own)
     own.add_argument(
         "--forced-drafts",

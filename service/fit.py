@@ -20,8 +20,9 @@ from tokenmold.grammar.backends.base import EngineSpec, FitRequest
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceCompiled
 from tokenmold.grammar.fit.fitter import Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
-from tokenmold.grammar.fit.schema import CallLayout
+from tokenmold.grammar.fit.schema import CallLayout, first_byte_kinds
 from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
+from tokenmold.grammar.tools import ToolCalls
 from tokenmold.service.errors import RequestError
 from tokenmold.service.repetition import RepetitionGuard
 
@@ -106,25 +107,7 @@ def _fit_target(compiled: CompiledShape | None) -> Any:
     normalized parameters; a 400 naming ``budget`` where there is nothing it can follow."""
     calls = compiled.normalized_calls if compiled is not None else None
     if calls is not None:
-        if not calls.required or calls.answer is not None or calls.tool_format.control_tokens:
-            raise RequestError(
-                "budget 'fit' with tools needs tool_choice 'required' or a named function, no response_format, "
-                f"and a tool-call format written in text ({calls.tool_format.name} uses control tokens)"
-                if calls.tool_format.control_tokens
-                else "budget 'fit' with tools needs tool_choice 'required' or a named function (with 'auto' the "
-                "answer may be free text, which has no shortest form) and no response_format",
-                param="budget",
-            )
-        syntax = calls.tool_format.syntax
-        layout = CallLayout(
-            begins=tuple(syntax.begin(tool.name).encode() for tool in calls.tools),
-            end=syntax.call_end.encode(),
-            separator=syntax.separator.encode(),
-            section_begin=syntax.section_begin.encode(),
-            section_end=syntax.section_end.encode(),
-            parallel=calls.parallel,
-        )
-        return layout.to_json([tool.parameters for tool in calls.tools])
+        return _calls_layout(calls)
     if compiled is None or not compiled.shape.is_json or compiled.normalized_schema is None:
         raise RequestError(
             "budget 'fit' needs a JSON output shape (response_format json_schema or json_object) or tool calls; "
@@ -132,6 +115,38 @@ def _fit_target(compiled: CompiledShape | None) -> Any:
             param="budget",
         )
     return compiled.normalized_schema
+
+
+def _calls_layout(calls: ToolCalls) -> Any:
+    """Tool calls as the tracker follows them (``CallLayout``): required calls; with ``tool_choice:
+    auto``, free text that a call may interrupt (it may end anywhere; a call begun must close), or
+    the calls or a JSON answer (a response format given with the tools), told apart by the first
+    byte. A 400 naming ``budget`` for a layout the tracker cannot follow."""
+    syntax = calls.tool_format.syntax
+    begins = tuple(syntax.begin(tool.name).encode() for tool in calls.tools)
+    if calls.tool_format.control_tokens:
+        raise RequestError(
+            f"budget 'fit' with tools needs a tool-call format written in text ({calls.tool_format.name} uses "
+            "control tokens)",
+            param="budget",
+        )
+    if calls.answer is not None and any(first_byte_kinds(begin[0]) or begin[:1].isspace() for begin in begins):
+        raise RequestError(
+            f"budget 'fit' with tools and a response_format needs calls that cannot begin like a JSON answer "
+            f"({calls.tool_format.name} calls begin with {syntax.call_begin[:1]!r})",
+            param="budget",
+        )
+    layout = CallLayout(
+        begins=begins,
+        end=syntax.call_end.encode(),
+        separator=syntax.separator.encode(),
+        section_begin=syntax.section_begin.encode(),
+        section_end=syntax.section_end.encode(),
+        parallel=calls.parallel,
+        trigger=syntax.trigger.encode() if not calls.required and calls.answer is None else b"",
+        answer=calls.answer is not None,
+    )
+    return layout.to_json([tool.parameters for tool in calls.tools], calls.answer)
 
 
 def _trim(cache: OrderedDict[Any, Any]) -> None:

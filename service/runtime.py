@@ -63,6 +63,9 @@ class RuntimeConfig:
     guards: bool = True
     #: Stop an output looping inside one JSON value (``service/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
+    #: End a tool-call turn at a call identical to one it already made (the repeat is dropped); a
+    #: request's ``repeated_call_guard`` overrides it.
+    repeated_call_guard: bool = True
     #: Refuse a ``max_tokens`` below the shape's shortest output (400 ``budget_too_small``). Off,
     #: such a request is decoded and comes back ``truncated``, as on vLLM; the throughput benchmark
     #: turns it off to decode a structure that never closes to a fixed length.
@@ -147,6 +150,8 @@ class _Prepared:
     #: The output starts with thinking (a reasoning parser is configured and the prompt has not
     #: ended the thinking already): the grammar starts after the end marker.
     thinking: bool = False
+    #: The repeated-call guard watches this request's tool calls (``service/repeated_calls.py``).
+    repeated_calls: bool = False
 
     @property
     def engine_prompt(self) -> list[int]:
@@ -327,6 +332,7 @@ class Runtime:
                 usage=_usage(len(prompt_ids), len(entry.token_ids)),
                 looping_at=entry.looping_at,
                 fit=await self._fit_outcome(prepared, entry.token_ids),
+                repeated_calls=prepared.repeated_calls,
             )
             completions.append(Completion(index, verdict, entry.token_ids, entry.logprobs, reasoning, thought))
         return GenerationResult(completions, compiled, len(prompt_ids))
@@ -408,6 +414,7 @@ class Runtime:
                             usage=_usage(len(prompt_ids), counts[out.index]),
                             looping_at=looping.pointer if looping is not None else None,
                             fit=await self._fit_outcome(prepared, tokens[out.index]),
+                            repeated_calls=prepared.repeated_calls,
                         )
                     yield StreamDelta(
                         out.index,
@@ -465,6 +472,10 @@ class Runtime:
         fit_spec = None
         if fit:
             fit_spec = spec = self.fitting.request(compiled, spec, _budget(sampling, room))
+        repeated_calls = self.repeated_call_guard(compiled, sampling)
+        if repeated_calls and spec is not None and spec.llguidance is not None:
+            assert compiled is not None and isinstance(compiled.shape.source, ToolCalls)
+            spec = spec.with_repeated_call_guard(compiled.shape.source.tool_format.name)
         params = to_sampling_params(
             sampling,
             engine_spec=spec,
@@ -478,7 +489,7 @@ class Runtime:
                 and compiled.shape.source.tool_format.control_tokens
             ),
         )
-        return _Prepared(compiled, prompt_ids, forced, params, fit_spec, thinking)
+        return _Prepared(compiled, prompt_ids, forced, params, fit_spec, thinking, repeated_calls)
 
     def _thinking(self, prompt_ids: list[int], sampling: SamplingOptions) -> bool:
         """Whether the output starts with thinking; ``thinking_token_budget`` needs a parser that
@@ -496,6 +507,15 @@ class Runtime:
         """vLLM's per-request ``reasoning_ended``: set from the same test as the split (``None``
         without a parser: the engine has no thinking to wait for)."""
         return None if self.reasoning is None else not prepared.thinking
+
+    def repeated_call_guard(self, compiled: CompiledShape | None, sampling: SamplingOptions) -> bool:
+        """Whether the repeated-call guard watches a request: tool calls that may be several
+        (``parallel_tool_calls``), unless the request or the server turned it off."""
+        calls = compiled.shape.source if compiled is not None else None
+        if not isinstance(calls, ToolCalls) or not calls.parallel:
+            return False
+        wanted = sampling.repeated_call_guard
+        return self.config.repeated_call_guard if wanted is None else wanted
 
     def _fits_after_jump(
         self, compiled: CompiledShape | None, forced: ForcedPrefix, sampling: SamplingOptions, room: int

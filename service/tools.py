@@ -6,7 +6,7 @@ generated under each function's parameters schema, in the family's own syntax); 
 into the prompt (through the chat template when it renders tools, otherwise as a system
 instruction: SmolLM2's template has no tools section, and definitions handed to it would never
 reach the model); and the generated text back into OpenAI ``tool_calls``. A call cut off by
-max_tokens is never returned as a call.
+max_tokens is never returned as a call; the complete calls before it are.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeKind
 from tokenmold.grammar.toolformats import ToolFormat
+from tokenmold.grammar.toolformats.base import first_repeat
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.openai import (
     ChatMessage,
@@ -234,13 +235,21 @@ class ToolAnswer:
 
 
 def tool_answer(verdict: Verdict, *, tool_format: ToolFormat) -> ToolAnswer:
-    """Parse the calls out of a tool-shaped output written in ``tool_format``. Only a complete
-    output whose every call parses yields ``tool_calls`` (finish_reason ``"tool_calls"``, arguments
-    as generated); otherwise the text is the content and the engine's finish reason stands
-    (``"length"`` for a call cut off), and ``validation`` says what is wrong."""
+    """Parse the calls out of a tool-shaped output written in ``tool_format``. Every complete call
+    comes back in ``tool_calls`` (arguments as generated) and the text around them is the content,
+    never a call's markup: finish_reason ``"tool_calls"`` for an output that ended on a stop
+    condition, the engine's otherwise (``"length"``: a turn cut off keeps the calls it completed,
+    and drops the one it was writing; ``validation`` points at it). A turn the repeated-call guard
+    ended (``stop_reason: "repeated_call"``) is the calls before the repeat. Only an output with a
+    call that does not parse (no grammar would write one) is returned as it is, as content."""
     split = tool_format.split(verdict.text)
     calls = [tool_format.read_call(body) for body in split.calls]
-    if verdict.finish_reason != "stop" or not calls or split.unclosed is not None or None in calls:
+    finish = verdict.finish_reason
+    if verdict.stop_reason == "repeated_call":
+        calls = calls[: first_repeat(calls)]
+    elif finish == "stop" and split.unclosed is None and calls:
+        finish = "tool_calls"
+    if None in calls:
         return ToolAnswer(verdict.text.strip() or None, None, verdict.finish_reason)
     return ToolAnswer(
         split.content.strip() or None,
@@ -248,6 +257,7 @@ def tool_answer(verdict: Verdict, *, tool_format: ToolFormat) -> ToolAnswer:
             ToolCall(id=tool_format.new_call_id(), function=FunctionCall(name=call.name, arguments=call.arguments))
             for call in calls
             if call is not None
-        ],
-        "tool_calls",
+        ]
+        or None,
+        "tool_calls" if verdict.stop_reason == "repeated_call" else finish,
     )

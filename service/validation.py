@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from dataclasses import replace
 from functools import lru_cache
 from typing import Any
 
@@ -25,6 +26,7 @@ from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
 from tokenmold.grammar.fit.replay import FitOutcome
 from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.grammar.structural_tag import schema_tags
+from tokenmold.grammar.toolformats.base import first_repeat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
@@ -43,11 +45,14 @@ def judge(
     usage: Usage,
     looping_at: str | None = None,
     fit: FitOutcome | None = None,
+    repeated_calls: bool = False,
 ) -> Verdict:
     """The verdict on one generated text. ``looping_at``: the JSON Pointer of the value the
     repetition guard (``service/repetition.py``) cut the output in; the verdict is then truncated.
     ``fit``: what budget fitting did to the output (``tokenmold.grammar.fit.replay``); an accepted
-    output it changed is ``fitted``, with ``cut``."""
+    output it changed is ``fitted``, with ``cut``. ``repeated_calls``: the repeated-call guard
+    (``service/repeated_calls.py``) watched the output; a call that repeats an earlier one ended
+    the turn, which is judged as the calls before it (``stop_reason: "repeated_call"``)."""
     has_schema = compiled is not None and compiled.shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS)
     keywords = _report_model(compiled.report) if compiled is not None and has_schema else None
 
@@ -76,15 +81,25 @@ def judge(
             ],
         )
         return stopped.model_copy(update={"finish_reason": "length", "stop_reason": "repetition"})
+    calls = compiled.shape.source if compiled is not None and compiled.shape.kind is ShapeKind.TOOLS else None
+    repeat = first_repeated_call(text, calls) if repeated_calls and isinstance(calls, ToolCalls) else None
+    if repeat is not None:
+        assert isinstance(calls, ToolCalls)
+        calls_value, errors = check_tool_calls(text, calls, before=repeat)
+        ended = verdict(VerdictStatus.INVALID, errors) if errors else verdict(VerdictStatus.ACCEPTED, [], calls_value)
+        if not errors and fit is not None and fit.changed:
+            ended = ended.model_copy(update={"status": VerdictStatus.FITTED, "cut": fit.cut(calls_value)})
+        return ended.model_copy(update={"finish_reason": "stop", "stop_reason": "repeated_call"})
     if finish_reason == "length":
+        cut_call = _cut_call(text, calls) if isinstance(calls, ToolCalls) else None
         return verdict(
             VerdictStatus.TRUNCATED,
             [
                 VerdictError(
-                    path="",
+                    path="" if cut_call is None else f"/{cut_call}",
                     keyword="finish_reason",
                     message=f"generation stopped at the token limit after {usage.completion_tokens} tokens; "
-                    "the output is incomplete",
+                    + ("the output is incomplete" if cut_call is None else f"call {cut_call} was cut off"),
                 )
             ],
         )
@@ -146,12 +161,27 @@ def schema_errors(value: Any, schema: dict[str, Any] | bool, *, under: str = "")
     ]
 
 
-def check_tool_calls(text: str, calls: ToolCalls) -> tuple[list[Any], list[VerdictError]]:
+def first_repeated_call(text: str, calls: ToolCalls) -> int | None:
+    """The index of the first complete call of ``text`` that repeats an earlier one, if any."""
+    fmt = calls.tool_format
+    return first_repeat([fmt.read_call(body) for body in fmt.split(text).calls])
+
+
+def _cut_call(text: str, calls: ToolCalls) -> int | None:
+    """The index of the call ``text`` (cut off) ends inside, if it ends inside one."""
+    split = calls.tool_format.split(text)
+    return len(split.calls) if split.unclosed is not None else None
+
+
+def check_tool_calls(text: str, calls: ToolCalls, *, before: int | None = None) -> tuple[list[Any], list[VerdictError]]:
     """Parse the calls out of ``text`` in their format (``calls.tool_format``) and check each against
     its function; returns (calls as ``[{"name", "arguments"}]``, errors with paths into the calls'
-    JSON as written)."""
+    JSON as written). ``before``: only the calls before this index count (a repeated call ended the
+    turn there; what follows it is not part of the answer)."""
     fmt = calls.tool_format
     split = fmt.split(text)
+    if before is not None:
+        split = replace(split, calls=split.calls[:before], unclosed=None)
     if calls.answer is not None and not split.calls and split.unclosed is None:
         return check_json(text, calls.answer)
     values: list[Any] = []

@@ -174,7 +174,7 @@ def _install_llguidance_grammars() -> None:
                 rows.exception()  # an error here comes again, and is logged, in _guard_bounds
             if parsed.unique_keys:
                 _guard_keys(self, grammar, parsed.forced)
-            for install in (_guard_bounds, _fit_budget):
+            for install in (_guard_bounds, _fit_budget, _end_repeated_calls):
                 try:
                     install(self, grammar, parsed)
                 except Exception as exc:  # an error here would fail the engine's step: logged instead
@@ -587,3 +587,25 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
         return fitter
 
     beside(grammar, "budget fitting", start, Fitter.feed, Fitter.restrict)
+
+
+def _end_repeated_calls(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
+    """Run the repeated-call guard (``service/repeated_calls.py``) next to ``grammar`` when its
+    spec asks for it: once a call closes that repeats an earlier one of the output, the rows keep
+    only the end of the call section and then the end of sequence, so no token goes past it."""
+    from tokenmold.grammar.toolformats import tool_format
+    from tokenmold.service.repeated_calls import RepeatedCallGuard
+
+    if spec.repeated_calls is None:
+        return
+    fmt = tool_format(spec.repeated_calls)
+    ll_tokenizer = _prototypes(backend).ll_tokenizer
+
+    def start() -> RepeatedCallGuard:
+        guard = RepeatedCallGuard(
+            fmt, ll_tokenizer.decode_bytes, ll_tokenizer.tokenize_bytes, tuple(ll_tokenizer.eos_tokens)
+        )
+        guard.feed(list(spec.forced))
+        return guard
+
+    beside(grammar, "the repeated-call guard", start, RepeatedCallGuard.feed, RepeatedCallGuard.restrict)

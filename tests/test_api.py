@@ -257,9 +257,10 @@ def test_budget_fit_closes_a_tool_call_within_max_tokens(client) -> None:
     (call,) = choice.message.tool_calls
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_PARAMS)
     assert validation(choice)["status"] in ("accepted", "fitted")
-    with pytest.raises(openai.BadRequestError) as exc:  # auto: the answer may be free text
-        client.chat.completions.create(**{**request, "tool_choice": "auto"}, extra_body={"budget": "fit"})
-    assert exc.value.body["param"] == "budget"
+    # auto: a call or free text, whichever the model starts closes within max_tokens
+    auto = client.chat.completions.create(**{**request, "tool_choice": "auto"}, extra_body={"budget": "fit"})
+    assert auto.usage.completion_tokens <= 34 and auto.choices[0].finish_reason in ("stop", "tool_calls")
+    assert validation(auto.choices[0])["status"] in ("accepted", "fitted")
 
 
 def test_required_tool_call(client) -> None:
@@ -317,8 +318,9 @@ def test_a_cut_off_call_is_length_and_never_half_a_call(client) -> None:
     )
     choice = completion.choices[0]
     assert choice.finish_reason == "length" and not choice.message.tool_calls
-    assert choice.message.content.startswith("<tool_call>")
+    assert not choice.message.content  # the cut call's markup is not content either
     assert validation(choice)["status"] == "truncated"
+    assert [error["path"] for error in validation(choice)["errors"]] == ["/0"]
 
 
 # ---------------------------------------------------------------- errors, limits, modes

@@ -274,7 +274,10 @@ def test_chat_stream_sends_text_then_each_call_as_name_and_argument_fragments() 
     tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
     call = '<tool_call>\n{"name": "f", "arguments": {"a": 12}}\n</tool_call>'
     text = f"Let me see. {call}\n{call.replace('12', '3')}"
-    chunks = _stream_pieces({"tools": tools}, [text[i : i + 3] for i in range(0, len(text), 3)])
+    # The second call begins as the first one did: the repeated-call guard would hold it back until
+    # it differs; off, it streams fragment by fragment like the first.
+    body = {"tools": tools, "repeated_call_guard": False}
+    chunks = _stream_pieces(body, [text[i : i + 3] for i in range(0, len(text), 3)])
     content = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert content == "Let me see."
     # no content chunk ever carries a piece of a tag

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 
 import jsonschema
 import pytest
@@ -256,3 +257,105 @@ def test_an_error_in_the_engine_side_fitting_leaves_the_request_to_its_grammar(v
     fitted.fill_bitmask(rows, 1)  # does not raise
     assert torch.equal(rows[0], rows[1])
     assert fitted.accept_tokens("r", vocab.encode('{"name":"A"'))
+
+
+# ---------------------------------------------------------------- tool_choice auto
+
+CITY = {"type": "object", "properties": {"city": {"type": "string", "minLength": 2}}, "required": ["city"]}
+REPLY = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
+
+
+def _auto(vocab, *, answer: dict | None = None, parallel: bool = True):
+    from tokenmold.grammar.tools import Tool
+
+    shape = Shape.from_tools([Tool("get_weather", CITY)], required=False, parallel=parallel)
+    if answer is not None:
+        shape = Shape(shape.kind, replace(shape.source, answer=answer))
+    return ShapeCompiler(vocab, isolation="inline").compile(shape)
+
+
+@pytest.mark.parametrize(
+    ("written", "plan", "done"),
+    [
+        ("", "", True),
+        ("Let me <tool", "", True),  # free text may end anywhere, a trigger begun or not
+        ("Sure. <tool_call>", '\n{"name": "get_weather", "arguments": {"city":"aa"}}\n</tool_call>', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city":"P', 'a"}}\n</tool_call>', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city":"Rome"}}\n</tool_call> Done', "", True),
+    ],
+)
+def test_free_text_ends_anywhere_and_a_call_begun_must_close(vocab, written: str, plan: str, done: bool) -> None:
+    from tokenmold.service.fit import _fit_target
+
+    tracker = Tracker(FitSchema(_fit_target(_auto(vocab)))).feed(written.encode())
+    assert tracker.plan() == plan.encode() and tracker.done is done
+
+
+def test_calls_or_a_json_answer_are_told_apart_by_their_first_byte(vocab) -> None:
+    from tokenmold.service.fit import _fit_target
+
+    schema = FitSchema(_fit_target(_auto(vocab, answer=REPLY)))
+    assert Tracker(schema).plan() == b'{"answer":""}'
+    assert Tracker(schema).feed(b'{"answer":"It').plan() == b'"}'
+    assert (
+        Tracker(schema).feed(b"<tool_call>").plan()
+        == b'\n{"name": "get_weather", "arguments": {"city":"aa"}}\n</tool_call>'
+    )
+
+
+def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -> None:
+    from tokenmold.grammar.toolformats import FORMATS
+    from tokenmold.grammar.tools import Tool
+    from tokenmold.service.errors import RequestError
+    from tokenmold.service.fit import _fit_target
+
+    shape = Shape.from_tools([Tool("f", CITY)], required=False, parallel=True, tool_format=FORMATS["llama3"])
+    compiled = ShapeCompiler(vocab, isolation="inline").compile(Shape(shape.kind, replace(shape.source, answer=REPLY)))
+    with pytest.raises(RequestError, match="cannot begin like a JSON answer"):
+        _fit_target(compiled)
+
+
+@pytest.mark.parametrize("answer", [None, REPLY], ids=["text", "json"])
+def test_fitted_random_walks_under_auto_end_within_their_budget(vocab, table, answer) -> None:
+    from tokenmold.service.fit import _fit_target
+    from tokenmold.service.validation import check_tool_calls
+
+    compiled = _auto(vocab, answer=answer)
+    fitting = Fitting(_fit_target(compiled), table)
+    for budget in (6, 12, 30):
+        for seed in range(4):
+            tokens, _ = _walk(compiled, fitting, budget, seed)
+            assert tokens[-1] in vocab.stop_token_ids, (budget, seed)
+            _, errors = check_tool_calls(vocab.hf_tokenizer.decode(tokens[:-1]), compiled.normalized_calls)
+            assert not errors, errors
+
+
+def test_a_call_begun_in_free_text_closes_within_the_budget(vocab, table) -> None:
+    """The walk starts with a call's trigger written (its 7 tokens paid from the budget of 45): the call
+    must close in the tokens left."""
+    from tokenmold.service.fit import _fit_target
+    from tokenmold.service.validation import check_tool_calls
+
+    compiled = _auto(vocab)
+    fitting = Fitting(_fit_target(compiled), table)
+    opening = vocab.encode("Sure. <tool_call>")
+    for seed in range(4):
+        rng = random.Random(seed)
+        matcher, fitter = compiled.token_grammar.matcher(), Fitter(fitting, 45)
+        bitmask = torch.zeros((1, (table.size + 31) // 32), dtype=torch.int32)
+        words, tokens = bitmask[0].numpy(), list(opening)
+        for token in opening:
+            assert matcher.accept_token(token)
+            fitter.accept(token)
+        while len(tokens) < 45:
+            matcher.fill_next_token_bitmask(bitmask, 0)
+            fitter.restrict(words)
+            token = rng.choice(allowed_tokens(words, table.size).tolist())
+            tokens.append(token)
+            if token in vocab.stop_token_ids:
+                break
+            assert matcher.accept_token(token)
+            fitter.accept(token)
+        assert tokens[-1] in vocab.stop_token_ids, (seed, vocab.hf_tokenizer.decode(tokens))
+        calls, errors = check_tool_calls(vocab.hf_tokenizer.decode(tokens[:-1]), compiled.normalized_calls)
+        assert calls and not errors, errors

@@ -228,8 +228,14 @@ def test_tool_calls_become_function_call_items_and_a_cut_off_is_incomplete() -> 
     assert json.loads(call.arguments) == {"city": "Paris"}
     cut = _answer(body, _result(CALL[:19], "length", VerdictStatus.TRUNCATED))
     assert cut.status == "incomplete" and cut.incomplete_details.reason == "max_output_tokens"
-    (message,) = cut.output
-    assert message.type == "message" and message.status == "incomplete" and message.content[0].text == CALL[:19]
+    (message,) = cut.output  # the call's markup is never the message's text
+    assert message.type == "message" and message.status == "incomplete" and message.content[0].text == ""
+    # Cut off inside a second call: the first comes back as a function_call item.
+    cut = _answer(body, _result(CALL + "\n" + CALL[:19], "length", VerdictStatus.TRUNCATED))
+    assert cut.status == "incomplete"
+    (kept,) = [item for item in cut.output if item.type == "function_call"]
+    assert kept.name == "get_weather" and json.loads(kept.arguments) == {"city": "Paris"}
+    assert all(item.type != "message" or not item.content[0].text for item in cut.output)
     assert cut.validation.status is VerdictStatus.TRUNCATED
 
 

@@ -172,8 +172,10 @@ def test_tool_answer_returns_openai_calls_in_each_format(name) -> None:
     answer = tool_answer(verdict, tool_format=fmt)
     assert answer.finish_reason == "tool_calls" and answer.content == "Checking."
     assert [(c.function.name, json.loads(c.function.arguments)) for c in answer.tool_calls] == CALLS
-    cut = verdict.model_copy(update={"text": text[:-3], "finish_reason": "length"})
-    assert tool_answer(cut, tool_format=fmt).tool_calls is None
+    # Cut off inside the second call: the first stands, the second is dropped, no markup as content.
+    cut = tool_answer(verdict.model_copy(update={"text": text[:-3], "finish_reason": "length"}), tool_format=fmt)
+    assert cut.finish_reason == "length" and cut.content == "Checking."
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in cut.tool_calls] == CALLS[:1]
 
 
 # ---------------------------------------------------------------- streaming

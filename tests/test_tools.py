@@ -302,6 +302,6 @@ def test_tool_answer_turns_calls_into_tool_calls() -> None:
 def test_tool_answer_never_returns_half_a_call() -> None:
     cut = PARIS[:-8]
     answer = tool_answer(tool_format=HERMES, verdict=_verdict(cut, finish_reason="length"))
-    assert answer.tool_calls is None and answer.finish_reason == "length" and answer.content == cut
+    assert answer.tool_calls is None and answer.finish_reason == "length" and answer.content is None
     text = tool_answer(tool_format=HERMES, verdict=_verdict("It is sunny."))
     assert text.tool_calls is None and text.finish_reason == "stop" and text.content == "It is sunny."

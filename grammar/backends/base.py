@@ -51,6 +51,7 @@ LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
 _UNIQUE_KEYS_LINE = "%unique-keys\n"
 _BOUNDS_LINE = "%bounds "
 _FIT_LINE = "%fit "
+_REPEATED_CALLS_LINE = "%repeated-calls "
 _FORCED_LINE = "%forced "
 
 
@@ -86,7 +87,8 @@ class LlguidanceSpec:
     guard (``tokenmold.grammar.guards.unique_keys``) runs too, for JSON with explicitly open objects.
     ``bounds``: the normalized schema (compact JSON) whose string ``maxLength``s and array ``maxItems`` the grammar left
     out for the bound guard (``tokenmold.grammar.guards.schema_guard``) to enforce. ``fit``: the
-    budget-fitting mask (``tokenmold.grammar.fit``) runs too.
+    budget-fitting mask (``tokenmold.grammar.fit``) runs too. ``repeated_calls``: the name of the
+    tool-call format whose calls the repeated-call guard (``service/repeated_calls.py``) watches.
     """
 
     grammar: str
@@ -94,6 +96,7 @@ class LlguidanceSpec:
     unique_keys: bool = False
     fit: FitRequest | None = None
     bounds: str | None = None
+    repeated_calls: str | None = None
 
     @classmethod
     def read(cls, text: str) -> LlguidanceSpec | None:
@@ -111,11 +114,15 @@ class LlguidanceSpec:
         if body.startswith(_FIT_LINE):
             line, _, body = body.partition("\n")
             fit = FitRequest.read(line)
+        repeated_calls = None
+        if body.startswith(_REPEATED_CALLS_LINE):
+            line, _, body = body.partition("\n")
+            repeated_calls = line[len(_REPEATED_CALLS_LINE) :]
         forced: tuple[int, ...] = ()
         if body.startswith(_FORCED_LINE):
             line, _, body = body.partition("\n")
             forced = tuple(int(token) for token in line[len(_FORCED_LINE) :].split(","))
-        return cls(body, forced, unique_keys, fit, bounds)
+        return cls(body, forced, unique_keys, fit, bounds, repeated_calls)
 
     @property
     def text(self) -> str:
@@ -125,6 +132,7 @@ class LlguidanceSpec:
             + (_UNIQUE_KEYS_LINE if self.unique_keys else "")
             + (f"{_BOUNDS_LINE}{self.bounds}\n" if self.bounds is not None else "")
             + (self.fit.line() if self.fit else "")
+            + (f"{_REPEATED_CALLS_LINE}{self.repeated_calls}\n" if self.repeated_calls else "")
             + forced
             + self.grammar
         )
@@ -176,6 +184,13 @@ class EngineSpec:
         if parsed is None:
             raise ValueError("only an llguidance spec takes budget fitting")
         return replace(self, text=replace(parsed, fit=fit).text)
+
+    def with_repeated_call_guard(self, tool_format: str) -> EngineSpec:
+        """This llguidance spec with the repeated-call guard watching calls in ``tool_format``."""
+        parsed = self.llguidance
+        if parsed is None:
+            raise ValueError("only an llguidance spec takes the repeated-call guard")
+        return replace(self, text=replace(parsed, repeated_calls=tool_format).text)
 
 
 class Matcher(ABC):

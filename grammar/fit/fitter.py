@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
@@ -29,7 +30,7 @@ import numpy as np
 from tokenmold.grammar.bitmask_rows import allowed_tokens, any_set, clear_packed, clear_tokens, pack, token_bits
 from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
-from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker, is_content
+from tokenmold.grammar.fit.tracker import Arr, Free, Num, Obj, Str, Text, Tracker, is_content
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to
@@ -104,6 +105,14 @@ class Fitting:
                 self.trials.clear()
             found = self.trials[key] = Trials()
         return found
+
+    @cached_property
+    def trigger_tokens(self) -> np.ndarray:
+        """The tokens that can complete the trigger of free text before a call (``tool_choice:
+        auto``): those holding its last byte."""
+        calls = self.schema.calls
+        last = calls.trigger[-1:] if calls is not None else b""
+        return _ids([token for token, data in enumerate(self.table.by_id) if last and last in data])
 
     def cost(self, plan: bytes) -> int:
         found = self._costs.get(plan)
@@ -199,6 +208,8 @@ class Fitter:
         if self.looping_at is not None:
             limit = min(limit, now - 1)
         top = tracker.top
+        if isinstance(top, Free):
+            return self._free_text(words, tracker, limit)
         removed = False
         original = words.copy()
         if isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
@@ -220,6 +231,26 @@ class Fitter:
         if removed and not any_set(words):
             # Nothing fits (a plan the grammar does not allow): the grammar's row stands, and the
             # output may end truncated rather than stuck.
+            words[:] = original
+            return False
+        if removed:
+            self._record()
+        return removed
+
+    def _free_text(self, words: np.ndarray, tracker: Tracker, limit: int) -> bool:
+        """Free text may end anywhere, so only the tokens that complete the trigger (a call then
+        begins, and must close in time) are tried; with no room but for the end of sequence, every
+        ordinary token goes."""
+        table = self.fitting.table
+        original = words.copy()
+        if limit < 0:
+            removed = clear_packed(words, table.ordinary)
+        else:
+            tried = self.fitting.trigger_tokens
+            trials = self.fitting.position(_position(tracker))
+            bad = [t for t in tried[token_bits(words, tried)].tolist() if self._trial(trials, t) > limit]
+            removed = clear_tokens(words, _ids(bad))
+        if removed and not any_set(words):
             words[:] = original
             return False
         if removed:

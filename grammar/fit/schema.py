@@ -57,7 +57,12 @@ class CallLayout:
     """Tool calls written around JSON arguments (``tokenmold.grammar.toolformats``' ``CallSyntax``):
     ``begins[i]`` opens a call of tool ``i`` (its arguments' schema is ``/tools/i`` of the root),
     ``end`` closes a call, ``separator`` comes between parallel calls, and the section's begin and
-    end wrap all the calls of an answer (the first begin includes ``section_begin``)."""
+    end wrap all the calls of an answer (the first begin includes ``section_begin``).
+
+    ``tool_choice: auto`` (calls optional): with ``trigger``, free text comes before a call and
+    (parallel) between and after calls, and a call begins where the text ends with the trigger
+    (``begins`` then continue it); with ``answer``, the output is the calls or one JSON value of
+    the schema after the tools' (``/tools/<len(begins)>``), told apart by their first byte."""
 
     begins: tuple[bytes, ...]
     end: bytes
@@ -65,18 +70,27 @@ class CallLayout:
     section_begin: bytes
     section_end: bytes
     parallel: bool
+    trigger: bytes = b""
+    answer: bool = False
 
-    def to_json(self, arguments: list[Any]) -> dict[str, Any]:
-        """The spec's form: the arguments' schemas (their ``$ref``s made absolute) and the texts."""
-        texts = {k: getattr(self, k).decode() for k in ("end", "separator", "section_begin", "section_end")}
-        layout = {"begins": [b.decode() for b in self.begins], "parallel": self.parallel, **texts}
-        return {CALLS_KEY: layout, "tools": [_rebase(a, f"#/tools/{i}") for i, a in enumerate(arguments)]}
+    def to_json(self, arguments: list[Any], answer: Any = None) -> dict[str, Any]:
+        """The spec's form: the arguments' schemas (and the answer's, last; their ``$ref``s made
+        absolute) and the texts."""
+        texts = {k: getattr(self, k).decode() for k in _TEXTS}
+        layout = {"begins": [b.decode() for b in self.begins], "parallel": self.parallel, "answer": self.answer}
+        schemas = [*arguments, answer] if self.answer else arguments
+        return {CALLS_KEY: layout | texts, "tools": [_rebase(a, f"#/tools/{i}") for i, a in enumerate(schemas)]}
 
     @classmethod
     def from_json(cls, root: dict[str, Any]) -> CallLayout:
         layout = root[CALLS_KEY]
-        texts = {k: layout[k].encode() for k in ("end", "separator", "section_begin", "section_end")}
-        return cls(tuple(b.encode() for b in layout["begins"]), parallel=layout["parallel"], **texts)
+        texts = {k: layout.get(k, "").encode() for k in _TEXTS}
+        begins = tuple(b.encode() for b in layout["begins"])
+        return cls(begins, parallel=layout["parallel"], answer=bool(layout.get("answer")), **texts)
+
+
+#: The texts of a ``CallLayout``, as its spec form names them.
+_TEXTS = ("end", "separator", "section_begin", "section_end", "trigger")
 
 
 class FitSchema:

@@ -121,9 +121,9 @@ class Root(NamedTuple):
     pointer: str = ""
 
 
-#: What follows a ``Lead`` option: tool ``i``'s arguments (``i >= 0``), the text after a call, or
-#: the end of the output.
-CALL_END, OUTPUT_END = -1, -2
+#: What follows a ``Lead`` option: tool ``i``'s arguments (``i >= 0``), the text after a call, the
+#: end of the output, or (an empty option) a JSON answer instead of calls.
+CALL_END, OUTPUT_END, ANSWER = -1, -2, -3
 
 
 class Lead(NamedTuple):
@@ -135,8 +135,16 @@ class Lead(NamedTuple):
     calls: int = 0
 
 
+class Free(NamedTuple):
+    """Free text around tool calls (``tool_choice: auto``): it may end anywhere; a call begins where
+    it ends with the layout's trigger. ``tail``: its longest end that begins the trigger."""
+
+    tail: bytes = b""
+    calls: int = 0
+
+
 Value = Str | Num | Lit | Obj | Arr
-Frame = Value | Root | Lead
+Frame = Value | Root | Lead | Free
 
 
 class TokenClasses(Protocol):
@@ -157,8 +165,11 @@ class Tracker:
         self.schema = schema
         if stack is None:
             calls = schema.calls
-            if calls is not None:
-                stack = (Lead(tuple((calls.section_begin + b, i) for i, b in enumerate(calls.begins))),)
+            if calls is not None and calls.trigger:
+                stack = (Free(),)
+            elif calls is not None:
+                answer = ((b"", ANSWER),) if calls.answer else ()
+                stack = (Lead(tuple((calls.section_begin + b, i) for i, b in enumerate(calls.begins)) + answer),)
             else:
                 try:
                     stack = (Root(schema.candidates(schema.root)),)
@@ -175,6 +186,8 @@ class Tracker:
     def done(self) -> bool:
         """Whether the output may end here."""
         top = self.stack[-1]
+        if isinstance(top, Free):
+            return True
         if isinstance(top, Lead):
             return any(code == OUTPUT_END and text == top.written for text, code in top.options)
         return isinstance(top, Root) and top.done
@@ -211,7 +224,7 @@ class Tracker:
 
     def open_values(self) -> list[Value]:
         """The values being written, outermost first."""
-        return [frame for frame in self.stack if not isinstance(frame, (Root, Lead))]
+        return [frame for frame in self.stack if not isinstance(frame, (Root, Lead, Free))]
 
     # --- scanning ---------------------------------------------------------------------------------
 
@@ -237,6 +250,8 @@ class Tracker:
             return self._array(top, below, byte)
         if isinstance(top, Lead):
             return self._lead(top, below, byte)
+        if isinstance(top, Free):
+            return self._free(top, below, byte)
         if byte in _WHITESPACE:
             return stack
         return None if top.done else self._start(stack, top.cands, top.pointer, byte)
@@ -247,22 +262,40 @@ class Tracker:
         calls = self.schema.calls
         assert calls is not None
         written = top.written + bytes([byte])
-        options = tuple(o for o in top.options if o[0].startswith(written))
+        options = tuple(o for o in top.options if o[1] != ANSWER and o[0].startswith(written))
         complete = [code for text, code in options if text == written]
         if not options:
-            return None
+            if top.written or all(code != ANSWER for _, code in top.options):
+                return None
+            answer = len(calls.begins)  # no call begins so: the JSON answer does
+            root = Root(self.schema.candidates(self.schema.root["tools"][answer]), False, answer)
+            return self._step(below + (root,), byte)
         if not complete or len(complete) < len(options):
             return below + (top._replace(options=options, written=written),)
         code = complete[0]
         if code == OUTPUT_END:
             return below + (Root((), True),)
         if code == CALL_END:
+            if calls.trigger and calls.parallel:
+                return below + (Free(b"", top.calls + 1),)
             after = tuple((calls.separator + b, i) for i, b in enumerate(calls.begins)) if calls.parallel else ()
             return below + (Lead(after + ((calls.section_end, OUTPUT_END),), b"", top.calls + 1),)
         arguments = self.schema.root["tools"][code]
         tail = Lead(((calls.end, CALL_END),), b"", top.calls)
         root = Root(self.schema.candidates(arguments), False, code, f"/{top.calls}/arguments")
         return below + (tail, root)
+
+    def _free(self, top: Free, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...]:
+        """Free text; once it ends with the trigger, the rest of a call's begin follows."""
+        calls = self.schema.calls
+        assert calls is not None
+        tail = top.tail + bytes([byte])
+        while tail and not calls.trigger.startswith(tail):
+            tail = tail[1:]
+        if tail != calls.trigger:
+            return below + (top._replace(tail=tail),)
+        rests = tuple((begin[len(tail) :], i) for i, begin in enumerate(calls.begins))
+        return below + (Lead(rests, b"", top.calls),)
 
     def _object(self, top: Obj, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
         phase = top.phase
@@ -362,6 +395,8 @@ class Tracker:
             return _cheapest(self._finish_array(frame, c) for c in frame.cands)
         if isinstance(frame, Lead):
             return _cheapest(text[len(frame.written) :] + self._after(code) for text, code in frame.options)
+        if isinstance(frame, Free):
+            return b""
         if frame.done or not top:
             return b""
         schema = self.schema.root["tools"][frame.tool] if frame.tool >= 0 else self.schema.root
@@ -375,6 +410,8 @@ class Tracker:
             return b""
         if code == CALL_END:
             return calls.section_end
+        if code == ANSWER:
+            return self.schema.floor(self.schema.root["tools"][len(calls.begins)]).encode()
         return self.schema.floor(self.schema.root["tools"][code]).encode() + calls.end + calls.section_end
 
     def _finish_object(self, frame: Obj, cand: Candidate) -> bytes | None:

@@ -143,8 +143,35 @@ class ToolFormat:
             return ParsedCall(value["name"], written.arguments)  # the arguments exactly as streamed
         return ParsedCall(value["name"], json.dumps(value[key], ensure_ascii=False))
 
-    def stream(self) -> ToolCallStream:
-        return ToolCallStream(self)
+    def stream(self, *, hold_repeats: bool = False) -> ToolCallStream:
+        """The incremental parser; ``hold_repeats``: a call that could still repeat an earlier one
+        of the answer is held back (the repeated-call guard drops a repeat)."""
+        return ToolCallStream(self, hold_repeats=hold_repeats)
+
+
+def same_call(a: ParsedCall, b: ParsedCall) -> bool:
+    """The same function with the same arguments, compared as parsed JSON (key order and spacing
+    aside)."""
+    return a.name == b.name and _same_json(a.arguments, _loads(b.arguments))
+
+
+def first_repeat(calls: list[ParsedCall | None]) -> int | None:
+    """The index of the first call identical (``same_call``) to an earlier one, if any."""
+    for index, call in enumerate(calls):
+        if call is not None and any(earlier is not None and same_call(earlier, call) for earlier in calls[:index]):
+            return index
+    return None
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return _NOT_JSON
+
+
+#: Stands for arguments that do not parse (equal to nothing).
+_NOT_JSON = object()
 
 
 # ---------------------------------------------------------------- reading a call as it grows
@@ -218,6 +245,8 @@ class ValueScanner:
 
 
 def _same_json(text: str, value: Any) -> bool:
+    if value is _NOT_JSON:
+        return False
     try:
         return bool(json.loads(text) == value)
     except json.JSONDecodeError:
@@ -266,6 +295,8 @@ class ToolCallStream:
     """
 
     format: ToolFormat
+    #: Hold back a call while it could still repeat an earlier one (released once it diverges).
+    hold_repeats: bool = False
     text: str = ""
     content_sent: str = ""
     #: Per opened call: (name, arguments sent so far).
@@ -308,10 +339,14 @@ class ToolCallStream:
 
     def _calls(self, bodies: list[str]) -> list[CallDelta]:
         pieces = []
+        earlier: list[CallPrefix] = []
         for index, body in enumerate(bodies):
             prefix = call_prefix(body, self._scanners.setdefault(index, ValueScanner()))
             if prefix.name is None:
                 break  # later calls wait for this one's name (indices stay in order)
+            if self.hold_repeats and index == len(self.calls_sent) and _may_repeat(prefix, earlier):
+                break  # held back, and the calls after it, while it could repeat an earlier call
+            earlier.append(prefix)
             if index == len(self.calls_sent):
                 # One entry per call and chunk, its name and first arguments together: the openai
                 # SDK's stream helper appends a second entry of the same index as another call.
@@ -323,3 +358,33 @@ class ToolCallStream:
                 pieces.append(CallDelta(index, arguments=prefix.arguments[len(sent) :]))
                 self.calls_sent[index] = (name, prefix.arguments)
         return pieces
+
+
+def _may_repeat(call: CallPrefix, earlier: list[CallPrefix]) -> bool:
+    """Whether ``call`` (still being written, or closed) could be, or is, a repeat of one of the
+    ``earlier`` calls: the same name, and arguments that equal theirs as JSON once closed, or
+    whose text so far begins theirs (whitespace outside strings aside) while open."""
+    for other in earlier:
+        if other.name != call.name or not other.closed:
+            continue
+        if call.closed:
+            if _same_json(call.arguments, _loads(other.arguments)):
+                return True
+        elif _compact(other.arguments).startswith(_compact(call.arguments)):
+            return True
+    return False
+
+
+def _compact(text: str) -> str:
+    """JSON text (possibly partial) without the whitespace outside its strings."""
+    out: list[str] = []
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
+        elif c == '"':
+            in_string = True
+        elif c in " \t\r\n":
+            continue
+        out.append(c)
+    return "".join(out)

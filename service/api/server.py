@@ -92,6 +92,7 @@ def serve(args: argparse.Namespace) -> int:
             tool_call_format=args.tool_call_format,
             chat_template=args.chat_template,
             repetition_guard=args.repetition_guard,
+            repeated_call_guard=args.repeated_call_guard == "on",
             guards=args.guards,
             budget_floor=args.budget_floor,
         )

@@ -85,6 +85,13 @@ class Plan:
             return None
         return self.shape.source.tool_format
 
+    @property
+    def hold_repeats(self) -> bool:
+        """Whether a stream holds back a call while it could still repeat an earlier one: unless
+        the request turned the repeated-call guard off (with the server's guard off, a held call
+        is sent whole once the output ends)."""
+        return self.sampling.repeated_call_guard is not False
+
 
 def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
     check_chat_fields(body)
@@ -256,6 +263,7 @@ def _sampling(
         "include_stop_str_in_output": body.include_stop_str_in_output,
         "thinking_token_budget": body.thinking_token_budget,
         "budget": body.budget,
+        "repeated_call_guard": body.repeated_call_guard,
     }
     return SamplingOptions(**{name: value for name, value in fields.items() if value is not None})
 
@@ -268,7 +276,13 @@ def new_id(prefix: str) -> str:
 
 
 def validation(verdict: Verdict) -> Validation:
-    return Validation(status=verdict.status, errors=verdict.errors, keywords=verdict.keywords, cut=verdict.cut)
+    return Validation(
+        status=verdict.status,
+        errors=verdict.errors,
+        keywords=verdict.keywords,
+        cut=verdict.cut,
+        stop_reason=verdict.stop_reason,
+    )
 
 
 def unaccepted(verdicts: Iterable[tuple[int, Verdict]], *, fit: bool) -> list[ChoiceVerdict]:
@@ -413,8 +427,10 @@ class ChatStream:
     choice carries ``finish_reason`` and ``validation``. A tool-shaped answer goes through its
     format's stream parser (``ToolCallStream``): free text streams except a tail that could still
     begin a call; each call opens with its index, id and name, then its arguments follow fragment
-    by fragment; the last chunk says ``tool_calls`` only when every call is complete and parses
-    (a call cut off by max_tokens ends the choice with ``length``, as in the blocking answer).
+    by fragment, except a call that could still repeat an earlier one (held back until it differs;
+    a repeat is never sent). The last chunk says ``tool_calls`` when the output ended on a stop
+    condition with its calls complete, ``length`` when max_tokens cut it (the calls it completed
+    stand, the one it was writing is dropped where it was still held), as in the blocking answer.
     """
 
     def __init__(self, plan: Plan, *, model: str, continuous_usage: bool = False) -> None:
@@ -441,7 +457,7 @@ class ChatStream:
             custom_calls, finish = stream.feed(delta.text, delta.verdict)
             content, tool_calls = None, [*custom_calls]
         elif fmt is not None:
-            parser = self._calls.setdefault(delta.index, fmt.stream())
+            parser = self._calls.setdefault(delta.index, fmt.stream(hold_repeats=self.plan.hold_repeats))
             piece = parser.feed(delta.text)
             if delta.verdict is not None:
                 answer = tool_answer(delta.verdict, tool_format=fmt)

@@ -1,0 +1,86 @@
+"""The repeated-call guard: a tool-call turn ends at a call identical to one it already made.
+
+Measured with the embedded model on public function-calling tasks under ``tool_choice:
+"required"``: its first call is often right, then it writes the same call again, and again, until
+``max_tokens`` (28 of 34 turns repeated a call; 26 ran out of tokens repeating). The grammar cannot
+stop it: every repeat is a valid call. vLLM's own server has no such rule either; its parsers
+return whatever was written.
+
+The guard runs in the engine beside the tool grammar (``vllm_plugin``, ``grammar_chain.beside``),
+so no token is spent past the repeat: it follows the accepted tokens' text and, once a call closes
+that is identical to an earlier call of the same output (same name, same arguments as parsed
+JSON: ``toolformats.first_repeat``), it keeps in every following row only the rest of the call
+section (formats that wrap their calls in one, e.g. Mistral's ``]``) and then the end of
+sequence. The service then drops the repeat: the calls before it are the answer
+(``finish_reason: "tool_calls"``), and the verdict says ``stop_reason: "repeated_call"``
+(``service/validation.py``). Streaming holds a call back while it could still be a repeat
+(``ToolCallStream``), so the repeat is never sent.
+
+On by default, like the repetition guard; ``serve --repeated-call-guard off`` or a request's
+``repeated_call_guard: false`` leaves the model free to repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tokenmold.grammar.bitmask_rows import keep_unless_emptied, pack_ids, token_bits
+from tokenmold.grammar.toolformats import ToolFormat
+from tokenmold.grammar.toolformats.base import first_repeat
+
+
+def ends_with_repeat(tool_format: ToolFormat, text: str) -> bool:
+    """Whether the last complete call of ``text`` repeats an earlier one (``text`` may go on past
+    it only by a call section that is still open)."""
+    split = tool_format.split(text)
+    if len(split.calls) < 2 or split.unclosed:
+        return False
+    return first_repeat([tool_format.read_call(body) for body in split.calls]) == len(split.calls) - 1
+
+
+@dataclass
+class RepeatedCallGuard:
+    """One output's guard: ``feed`` it the accepted tokens, ``restrict`` each row."""
+
+    tool_format: ToolFormat
+    #: Token ids to their bytes (the engine's llguidance tokenizer).
+    decode: Callable[[list[int]], bytes]
+    #: Bytes to the token ids that spell them.
+    spell: Callable[[bytes], list[int]]
+    #: The end-of-sequence tokens.
+    eos: tuple[int, ...]
+    text: bytearray = field(default_factory=bytearray)
+    #: Set once a repeat closed: the bytes written after it (the rest of the call section).
+    after: bytearray | None = None
+
+    def feed(self, tokens: list[int]) -> None:
+        data = self.decode(tokens)
+        if self.after is not None:
+            self.after += data
+            return
+        self.text += data
+        end = self.tool_format.syntax.call_end.encode()
+        if end and bytes(self.text[-len(end) - len(data) :]).find(end) >= 0:
+            if ends_with_repeat(self.tool_format, self.text.decode("utf-8", errors="replace")):
+                self.after = bytearray()
+
+    @property
+    def repeated(self) -> bool:
+        return self.after is not None
+
+    def restrict(self, words: np.ndarray) -> None:
+        """After a repeat: only the next token of the call section's end, then the end of sequence
+        (whichever of them the grammar allows; the row stands if it allows none)."""
+        if self.after is None:
+            return
+        section_end = self.tool_format.syntax.section_end.encode()
+        rest = section_end[len(self.after) :] if section_end.startswith(bytes(self.after)) else b""
+        wanted = self.spell(rest)[:1] if rest else list(self.eos)
+        tokens = np.asarray(wanted, dtype=np.int64)
+        if not len(tokens):
+            return
+        allowed = tokens[token_bits(words, tokens)]
+        keep_unless_emptied(words, pack_ids(allowed, len(words)))
