@@ -5,14 +5,16 @@ before any token is generated (a 400 naming the budget and the minimum), instead
 budget and returning ``truncated``.
 
 The floor is built from the normalized schema as one concrete shortest instance (required members
-only, ``minItems`` items, ``minLength`` characters, the shortest enum member or branch), written as
-compact JSON and tokenized at its cheapest (fewest tokens, any spelling the vocabulary allows).
-Where a keyword makes the shortest instance unknowable here (a ``pattern`` or ``format`` on a
-string, an ``allOf`` left after normalization, a ``$ref`` cycle), the part is under-counted, never
-over-counted: a pattern's string counts only its ``minLength``, an unresolvable part counts as
-nothing. So the floor refuses only budgets that are plainly too small; it never refuses one that a
-cleverer output could fit, except that a string's filler characters are fixed (``a``), where a
-different text of the same length might tokenize one or two tokens shorter.
+only, ``minItems`` items, ``minLength`` characters, the shortest match of a string's ``pattern`` or
+enforced ``format``, the shortest enum member or branch), written as compact JSON and tokenized at
+its cheapest (fewest tokens, any spelling the vocabulary allows). Its strings are the ones the
+budget-fitting tracker plans (``tokenmold.grammar.fit.patterns``), so floor and plan agree. Where a
+keyword makes the shortest instance unknowable here (a pattern with no small automaton, an
+``allOf`` left after normalization, a ``$ref`` cycle), the part is under-counted, never
+over-counted: an unresolvable part counts as the shortest JSON value. So the floor refuses only
+budgets that are plainly too small; it never refuses one that a cleverer output could fit, except
+that a string's characters are fixed (``a``, or a pattern's preferred ones), where a different
+text of the same length might tokenize one or two tokens shorter.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from tokenmold.grammar.fit.patterns import Unplannable, string_rule
 from tokenmold.grammar.json_pointer import read_token
 
 #: Depth at which a ``$ref`` chain is taken as a cycle (its part counts as nothing).
@@ -211,7 +214,7 @@ class _Shortest:
         if name in ("integer", "number"):
             return _smallest_number(schema)
         if name == "string":
-            return "a" * int(schema.get("minLength", 0))
+            return _shortest_string(schema)
         if name == "array":
             return self._array(schema, depth)
         if name == "object":
@@ -249,6 +252,20 @@ class _Shortest:
                 raise _Unknown("unresolved $ref")
             node = node[part]
         return node
+
+
+def _shortest_string(schema: dict[str, Any]) -> str:
+    """``minLength`` characters, or the shortest text a pattern or format takes (the one the
+    budget-fitting tracker plans: ``tokenmold.grammar.fit.patterns``)."""
+    try:
+        rule = string_rule(schema)
+    except Unplannable as exc:
+        raise _Unknown(str(exc)) from None
+    if rule is None:
+        return "a" * int(schema.get("minLength", 0))
+    if rule.shortest is None:
+        raise _Unknown("no string matches")
+    return rule.shortest
 
 
 def _implied_types(schema: dict[str, Any]) -> list[str]:

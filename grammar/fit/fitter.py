@@ -29,6 +29,7 @@ import numpy as np
 from tokenmold.grammar.bitmask_rows import allowed_tokens, any_set, clear_packed, clear_tokens, pack, token_bits
 from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
+from tokenmold.grammar.fit.string_content import ShapedContent, shaped
 from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Text, Tracker, is_content
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
@@ -73,6 +74,7 @@ class TokenTable:
         self.chars_at_least = [pack(self.content & (lengths >= n), words) for n in range(MAX_CHARS + 1)]
         #: Ordinary tokens that are not content: tried one by one inside a string.
         self.structural = np.flatnonzero(~self.special & ~self.content)
+        self.content_ids = np.flatnonzero(self.content)
         #: The spellings, for the cheapest tokenization of a plan (``budget.fewest_tokens``).
         self.spelled_tokens: dict[bytes, list[int]] = {}
         for token, data in enumerate(self.by_id):
@@ -92,6 +94,7 @@ class Fitting:
     def __init__(self, schema: dict[str, Any] | bool, table: TokenTable) -> None:
         self.schema = FitSchema(schema)
         self.table = table
+        self.content = ShapedContent(table.by_id, table.content, table.chars)
         self._costs: dict[bytes, int] = {}
         #: Per position (``_position``), the cost after each token tried there.
         self.trials: dict[Any, Trials] = {}
@@ -201,7 +204,10 @@ class Fitter:
         top = tracker.top
         removed = False
         original = words.copy()
-        if isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
+        if isinstance(top, Str) and not top.text.open and shaped(top):
+            removed = self._shaped_content(words, tracker, limit)
+            tried = table.structural[token_bits(words, table.structural)]
+        elif isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
             removed = self._string_content(words, tracker, now, limit)
             tried = table.structural[token_bits(words, table.structural)]
         else:
@@ -241,6 +247,20 @@ class Fitter:
             if plan is None or self.fitting.cost(plan) > limit:
                 removed = clear_packed(words, table.chars_bits[n] if n < need else table.chars_at_least[n]) or removed
         return removed
+
+    def _shaped_content(self, words: np.ndarray, tracker: Tracker, limit: int) -> bool:
+        """Clear the content tokens of a pattern's, a format's or an enum-or-text string that do not
+        fit, one plan per group of tokens that lead to the same plan (``string_content``)."""
+        top = tracker.top
+        assert isinstance(top, Str)
+        table = self.fitting.table
+        tokens = table.content_ids[token_bits(words, table.content_ids)]
+        bad = []
+        for group in self.fitting.content.groups(top, tokens):
+            plan = tracker.extend(table.by_id[group.first], int(table.chars[group.first])).plan()
+            if plan is None or self.fitting.cost(plan) > limit:
+                bad.append(group.tokens)
+        return bool(bad) and clear_tokens(words, np.concatenate(bad))
 
     def _key_content(self, tracker: Tracker, tokens: np.ndarray, limit: int) -> np.ndarray:
         """Of the content tokens a key allows, those that do not fit: the ones that continue a
@@ -303,7 +323,7 @@ def _position(tracker: Tracker) -> Any:
     plan reads (its length up to ``minLength`` and an open escape), so a string's trials are shared
     by all its steps."""
     top = tracker.top
-    if isinstance(top, Str) and all(c.values is None for c in top.cands):
+    if isinstance(top, Str) and all(c.values is None for c in top.cands) and not shaped(top):
         need = max(int(c.schema.get("minLength", 0)) for c in top.cands)
         reduced = top._replace(text=Text(b"", min(top.text.chars, need), top.text.escape, top.text.pending))
         return (*tracker.stack[:-1], reduced)

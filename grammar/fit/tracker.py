@@ -4,8 +4,9 @@ The budget-fitting mask (``tokenmold.grammar.fit.fitter``) asks, for a state and
 after each candidate token, how many tokens the cheapest valid completion needs. This module
 answers the first half: a byte-level JSON scanner over the normalized schema (the one the grammar
 was built from) whose ``plan()`` is the shortest completion: an open escape or UTF-8 sequence
-completed, the open string closed (after its ``minLength`` or the shortest enum member it has
-begun), numbers ended, the required members still missing written at their shortest, arrays given
+completed, the open string closed (after its ``minLength``, the shortest enum member it has
+begun, or the shortest text its pattern or format still takes: ``tokenmold.grammar.fit.patterns``),
+numbers ended, the required members still missing written at their shortest, arrays given
 their ``minItems``, every bracket closed.
 
 The tracker is immutable: ``feed`` returns a new one, so trying a token on it costs only the
@@ -26,6 +27,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 
+from tokenmold.grammar.fit.patterns import Unplannable, string_rule
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
 from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.regex import search
@@ -475,9 +477,18 @@ def _optional(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]
 
 def _finish_string(frame: Str) -> bytes | None:
     text = frame.text
-    options = []
+    options: list[bytes | None] = []
     for cand in frame.cands:
         values = cand.values
+        try:
+            rule = string_rule(cand.schema) if values is None else None
+        except Unplannable:  # refused for fitting up front; never planned as filler
+            options.append(None)
+            continue
+        if rule is not None:
+            tail = rule.finish(text.raw, text.chars, text.escape, text.pending)
+            options.append(None if tail is None else tail + b'"')
+            continue
         if values is None:
             need = max(0, int(cand.schema.get("minLength", 0)) - text.chars - (text.escape != 0))
             options.append(text.rest + b"a" * need + b'"')
