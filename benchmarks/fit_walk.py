@@ -75,7 +75,7 @@ class FitWalker:
             return
         stats.schemas["walked"] += 1
         fitting = Fitting(schema, self.table)
-        lowest = floor.tokens + 1  # and the end-of-sequence token
+        lowest = floor.fitted_tokens + 1  # and the end-of-sequence token
         natural = max((self.natural(t.data) for t in case.tests if t.valid), default=lowest)
         for _ in range(budgets):
             budget = rng.randint(lowest, max(lowest, 2 * natural))

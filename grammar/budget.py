@@ -84,9 +84,21 @@ class OutputFloor:
         """Fewest tokens of the vocabulary that spell ``text``."""
         return fewest_tokens(self.text.encode(), self.vocab)
 
-    def fits(self, budget: int) -> bool:
-        """Whether ``budget`` tokens can hold the text (counted only when its bytes exceed them)."""
-        return self.size <= budget or self.tokens <= budget
+    @cached_property
+    def fitted_tokens(self) -> int:
+        """The tokens budget fitting prices the text at (``Fitting.cost``): its cheapest count, or
+        llguidance's own tokenization where that is more (where the grammar forces bytes, such as
+        a required key, llguidance lets only its own spelling through)."""
+        ll_tokenizer = getattr(self.vocab, "llguidance_tokenizer", None)
+        data = self.text.encode()
+        if ll_tokenizer is None or len(data) > _MAX_EXACT_BYTES:
+            return self.tokens
+        return max(self.tokens, len(ll_tokenizer.tokenize_bytes(data)))
+
+    def fits(self, budget: int, *, fitted: bool = False) -> bool:
+        """Whether ``budget`` tokens can hold the text (counted only when its bytes exceed them),
+        as budget fitting counts it with ``fitted``."""
+        return self.size <= budget or (self.fitted_tokens if fitted else self.tokens) <= budget
 
 
 def output_floor(schema: dict[str, Any] | bool, vocab: Spellings) -> OutputFloor | None:

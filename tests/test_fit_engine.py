@@ -113,7 +113,7 @@ async def test_patterned_strings_fit_at_60_percent_or_are_refused_up_front(engin
     budget = round(result.completions[0].verdict.usage.completion_tokens * 0.6)
     sampling = SamplingOptions(max_tokens=budget, temperature=0.0, budget="fit")
     floor = (await engine_runtime.compile(shape, CompileOptions())).output_floor
-    if not floor.fits(budget - 1):
+    if not floor.fits(budget - 1, fitted=True):
         with pytest.raises(BudgetTooSmall):
             await engine_runtime.generate(Prompt.user(prompt), shape, sampling)
         return

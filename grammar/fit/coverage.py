@@ -4,7 +4,7 @@ The fitter's promise (an answer that closes within ``max_tokens``) holds only wh
 knows the shortest completion at every position. Where it cannot (a string pattern with no
 automaton under the caps, or written with anchors the planner does not read; an ``allOf`` the
 normalizer left; a ``minProperties`` above the required members, which the shortest completion
-does not count), the mask would price positions wrongly and the answer could end truncated. Such
+does not count; a ``multipleOf``), the mask would price positions wrongly and the answer could end truncated. Such
 a shape is refused up front instead (``FitUnplannable``, a 400 ``fit_unplannable`` naming the
 place), never accepted and then truncated.
 """
@@ -50,6 +50,8 @@ def _gap(schema: Any, pointer: str) -> Gap | None:
     low = schema.get("minProperties", 0)
     if isinstance(low, int) and low > len(schema.get("required", [])):
         return Gap(pointer, f"minProperties {low} above the required members (the planner adds no optional ones)")
+    if schema.get("multipleOf", 1) != 1:
+        return Gap(pointer, "a multipleOf, whose shortest multiples the planner does not write")
     types = schema.get("type")
     stringy = types is None or types == "string" or (isinstance(types, list) and "string" in types)
     if stringy and "enum" not in schema and "const" not in schema:

@@ -20,7 +20,7 @@ closes and the verdict lists the value in ``cut`` instead of truncating.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +42,8 @@ MAX_CACHED_POSITIONS = 20_000
 UNPLANNED = 1 << 30
 #: Content tokens are grouped by length up to this many characters (longer ones share a group).
 MAX_CHARS = 64
+#: A plan longer than this is priced by its cheapest spelling alone (tokenizing it costs more).
+MAX_TOKENIZED = 20_000
 
 
 class TokenTable:
@@ -50,8 +52,12 @@ class TokenTable:
     counts their characters, ``special`` ones (control tokens, end of sequence) are
     never removed."""
 
-    def __init__(self, tokens: Iterable[tuple[int, bytes, bool]], size: int) -> None:
+    def __init__(
+        self, tokens: Iterable[tuple[int, bytes, bool]], size: int, tokenize: Callable[[bytes], list[int]] | None = None
+    ) -> None:
         self.size = size
+        #: The grammar engine's own tokenization of forced text (``None``: the cheapest is used).
+        self.tokenize = tokenize
         self.by_id: list[bytes] = [b""] * size
         self.special: np.ndarray = np.ones(size, dtype=bool)
         self.content: np.ndarray = np.zeros(size, dtype=bool)
@@ -85,7 +91,7 @@ class TokenTable:
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> TokenTable:
-        return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size)
+        return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size, ll_tokenizer.tokenize_bytes)
 
 
 class Fitting:
@@ -109,9 +115,17 @@ class Fitting:
         return found
 
     def cost(self, plan: bytes) -> int:
+        """The tokens ``plan`` takes: as the grammar engine tokenizes it where it can (llguidance
+        lets only that spelling through wherever the grammar forces the bytes, such as a required
+        key written in order: ``n``, ``erv``, ``ous`` where ``nerv``, ``ous`` would be one fewer),
+        and never fewer than its cheapest spelling."""
         found = self._costs.get(plan)
         if found is None:
-            found = self._costs[plan] = fewest_tokens(plan, self.table)
+            found = fewest_tokens(plan, self.table)
+            tokenize = self.table.tokenize
+            if tokenize is not None and len(plan) <= MAX_TOKENIZED:
+                found = max(found, len(tokenize(plan)))
+            self._costs[plan] = found
         return found
 
 

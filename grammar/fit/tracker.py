@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 
+from tokenmold.grammar.fit.numbers import bounds_of, number_tail
 from tokenmold.grammar.fit.patterns import Unplannable, string_rule
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
 from tokenmold.grammar.json_pointer import pointer_token
@@ -90,6 +91,7 @@ class Str(NamedTuple):
 class Num(NamedTuple):
     pointer: str
     text: str
+    cands: tuple[Candidate, ...] = ()
 
 
 class Lit(NamedTuple):
@@ -319,7 +321,7 @@ class Tracker:
         if kind == "array":
             return stack + (Arr(pointer, fitting),)
         if kind == "number":
-            return stack + (Num(pointer, chr(byte)),)
+            return stack + (Num(pointer, chr(byte), fitting),)
         return stack + (Lit(pointer, {"t": "rue", "f": "alse", "n": "ull"}[chr(byte)]),)
 
     def _close(self, below: tuple[Frame, ...]) -> tuple[Frame, ...] | None:
@@ -352,7 +354,7 @@ class Tracker:
         if isinstance(frame, Str):
             return _finish_string(frame)
         if isinstance(frame, Num):
-            return b"0" if frame.text[-1] in "-+.eE" else b""
+            return _finish_number(frame)
         if isinstance(frame, Lit):
             return frame.rest.encode()
         if isinstance(frame, Obj):
@@ -405,12 +407,12 @@ class Tracker:
         options = []
         for name, schema in _named(cand, keys):
             written = _json(name)[1:-1].encode()
-            if written.startswith(key.raw):
+            if written.startswith(key.raw) and not _skips(cand, missing, name):
                 rest = [n for n in missing if n != name]
                 tail = written[len(key.raw) :]
                 options.append(tail + b'":' + floor(schema).encode() + members(rest, True) + b"}")
         extra = cand.schema.get("additionalProperties", True)
-        if extra is not False:
+        if extra is not False and not missing:  # extra keys come after the listed ones
             closed = key.raw + key.rest
             name = json.loads(b'"' + closed + b'"')
             if name not in keys and name not in cand.schema.get("properties", {}):
@@ -465,7 +467,21 @@ def _missing(cand: Candidate, keys: tuple[str, ...]) -> list[str]:
 
 
 def _named(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]]:
-    return [(n, s) for n, s in cand.schema.get("properties", {}).items() if n not in keys]
+    """The listed members that may still come: the grammar writes them in their listed order (a
+    member before the last one written is closed), and none once an extra key was written."""
+    properties = cand.schema.get("properties", {})
+    order = list(properties)
+    written = [order.index(k) for k in keys if k in properties]
+    if len(written) < len(keys):
+        return []
+    after = max(written, default=-1)
+    return [(n, properties[n]) for n in order[after + 1 :]]
+
+
+def _skips(cand: Candidate, missing: list[str], name: str) -> bool:
+    """Whether writing listed ``name`` next would skip a required member listed before it."""
+    order = list(cand.schema.get("properties", {}))
+    return any(n in order and order.index(n) < order.index(name) for n in missing)
 
 
 def _optional(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]]:
@@ -497,6 +513,21 @@ def _finish_string(frame: Str) -> bytes | None:
             written = _json(value)[1:-1].encode()
             if written.startswith(text.raw):
                 options.append(written[len(text.raw) :] + b'"')
+    return _cheapest(options)
+
+
+def _finish_number(frame: Num) -> bytes | None:
+    """The shortest end of the number: an enum member it begins, or digits that bring it within
+    its bounds (``tokenmold.grammar.fit.numbers``)."""
+    options: list[bytes | None] = []
+    for cand in frame.cands:
+        values = cand.values
+        if values is not None:
+            written = (json.dumps(v) for v in values)
+            options += [w[len(frame.text) :].encode() for w in written if w.startswith(frame.text)]
+            continue
+        tail = number_tail(frame.text, cand.kind == "integer", bounds_of(cand.schema))
+        options.append(None if tail is None else tail.encode())
     return _cheapest(options)
 
 
