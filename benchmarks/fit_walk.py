@@ -15,7 +15,7 @@ which the plan no longer fitted. A walk that closed in time with a plan that fit
 but whose text the validator refuses is counted apart: the grammar admitted that text (a number
 beyond a double, a leap second llguidance's ``time`` takes), which ``benchmarks/walk.py`` measures.
 
-    python -m benchmarks fit PATH... [--limit N] [--budgets K] [--seed S] [--tokenizer DIR]
+    python -m benchmarks fit PATH... [--limit N] [--budgets K] [--seed S] [--schema-seconds T] [--tokenizer DIR]
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ class FitWalkStats:
 class FitWalker:
     """Compiles each schema as the service does and walks it under random budgets."""
 
-    def __init__(self, vocab: Vocabulary) -> None:
+    def __init__(self, vocab: Vocabulary, schema_seconds: float = 60.0) -> None:
         self.vocab = vocab
+        #: Past this many seconds on one schema its remaining budgets are not walked.
+        self.schema_seconds = schema_seconds
         self.table = TokenTable.from_llguidance(vocab.llguidance_tokenizer)
         self.compiler = ShapeCompiler(vocab, isolation="inline", cache_bytes=0)
         self.bitmask = new_bitmask(vocab)
@@ -77,7 +79,11 @@ class FitWalker:
         fitting = Fitting(schema, self.table)
         lowest = floor.fitted_tokens + 1  # and the end-of-sequence token
         natural = max((self.natural(t.data) for t in case.tests if t.valid), default=lowest)
+        started = time.monotonic()
         for _ in range(budgets):
+            if time.monotonic() - started > self.schema_seconds:
+                stats.schemas["budgets cut short (slow)"] += 1
+                break
             budget = rng.randint(lowest, max(lowest, 2 * natural))
             fitter = Fitter(fitting, budget)
             walk = random_walk(self.vocab, grammar, self.bitmask, rng, budget, restriction=fitter)
@@ -124,10 +130,11 @@ def run_fit_walk(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=None, help="a seeded sample of N files covering every source")
     parser.add_argument("--budgets", type=int, default=3, help="random budgets walked per schema")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--schema-seconds", type=float, default=60.0, help="walk no more budgets of a slower schema")
     parser.add_argument("--tokenizer", metavar="DIR", default=None, help="default: the embedded model's")
     args = parser.parse_args(argv)
     files = sample(expand_paths(args.paths), args.limit, args.seed)
-    walker = FitWalker(load_vocabulary(args.tokenizer or default_tokenizer_dir()))
+    walker = FitWalker(load_vocabulary(args.tokenizer or default_tokenizer_dir()), args.schema_seconds)
     stats = FitWalkStats()
     started = time.monotonic()
     for path in files:

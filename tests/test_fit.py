@@ -259,3 +259,19 @@ def test_an_error_in_the_engine_side_fitting_leaves_the_request_to_its_grammar(v
     fitted.fill_bitmask(rows, 1)  # does not raise
     assert torch.equal(rows[0], rows[1])
     assert fitted.accept_tokens("r", vocab.encode('{"name":"A"'))
+
+
+def test_a_bounded_number_is_planned_into_its_range() -> None:
+    bounded = {
+        "type": "object",
+        "properties": {"cpus": {"type": "number", "minimum": 0.1}, "port": {"type": "integer", "minimum": 10}},
+        "required": ["cpus", "port"],
+    }
+    assert _plan(bounded, '{"cpus":0') == '.1,"port":10}'
+    assert _plan(bounded, '{"cpus":2,"port":1') == "0}"
+    assert _plan(bounded, '{"cpus":2,"port":-') is None  # no negative port: the token is priced out
+    for written in ('{"cpus":0', '{"cpus":0.', '{"cpus":2,"port":1'):
+        plan = _plan(bounded, written)
+        jsonschema.validate(json.loads(written + plan), bounded)
+        for cut in range(1, len(plan)):
+            assert _plan(bounded, written + plan[:cut]) == plan[cut:]

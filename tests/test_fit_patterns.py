@@ -122,3 +122,15 @@ def _case(name: str, schema: dict):
     from benchmarks.corpus import BenchCase
 
     return BenchCase(name, "tests", schema, ())
+
+
+def test_the_service_refuses_an_unplannable_shape_before_decoding(vocab) -> None:
+    from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
+    from tokenmold.service.errors import FitUnplannable
+    from tokenmold.service.fit import BudgetFitting
+
+    counted = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2}
+    compiled = ShapeCompiler(vocab, isolation="inline").compile(Shape.from_json_schema(counted), CompileOptions())
+    with pytest.raises(FitUnplannable, match="minProperties") as refused:
+        BudgetFitting(vocab, None).request(compiled, compiled.engine_spec, 50)
+    assert refused.value.param == "budget" and refused.value.code == "fit_unplannable"

@@ -13,12 +13,15 @@ prefix of it leads to a text whose completion is the rest (the consistency the m
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
 
 #: Digits a completion may append to one part (integer or fraction).
 MOST_DIGITS = 24
+#: The beginnings of a JSON number.
+_PREFIX = re.compile(r"-?(?:0|[1-9][0-9]*)?(?:(?<=[0-9])\.[0-9]*)?(?:(?<=[0-9])[eE][+-]?[0-9]*)?")
 
 
 class Bounds(NamedTuple):
@@ -58,9 +61,14 @@ def _numeric(value: object) -> bool:
 def number_tail(text: str, integer: bool, bounds: Bounds) -> str | None:
     """The least of the shortest texts that finish number ``text`` (begun: a sign or a digit) as a
     value in ``bounds``, an integer if ``integer``; ``None`` where none does."""
+    if _PREFIX.fullmatch(text) is None:
+        return None  # no JSON number begins so (a trial of a token the grammar refuses)
     if "e" in text or "E" in text:  # an exponent is begun: its digits, if the value then holds
         tail = "0" if text[-1] in "eE+-" else ""
-        return tail if bounds.holds(Decimal(text + tail)) else None
+        try:
+            return tail if bounds.holds(Decimal(text + tail)) else None
+        except ArithmeticError:  # an exponent beyond what Decimal compares
+            return None
     negative = text.startswith("-")
     digits = text[1:] if negative else text
     best: str | None = None
