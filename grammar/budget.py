@@ -244,8 +244,12 @@ class _Shortest:
         return out
 
     def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+        """The required members, in the order the grammar writes them: the listed order (the
+        budget-fitting tracker's too), the unlisted ones after."""
         properties = schema.get("properties", {})
-        return {name: self._part(properties.get(name, True), depth) for name in schema.get("required", [])}
+        order = list(properties)
+        required = sorted(schema.get("required", []), key=lambda n: order.index(n) if n in order else len(order))
+        return {name: self._part(properties.get(name, True), depth) for name in required}
 
     def _part(self, schema: Any, depth: int) -> Any:
         """A member's shortest value; an unknowable member counts as the shortest JSON value."""
