@@ -1,4 +1,4 @@
-"""``python -m benchmarks masks|walk|repetition|apply|chain|rows|tokenizers ...`` from the repository root
+"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers ...`` from the repository root
 (``benchmarks/__init__.py``)."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import sys
 
 from benchmarks.apply import run_apply
 from benchmarks.chain import run_chain
+from benchmarks.fit_walk import run_fit_walk
 from benchmarks.masks import run_masks
 from benchmarks.repetition import run_repetition
 from benchmarks.rows import run_rows
@@ -17,6 +18,7 @@ from benchmarks.walk import run_walk
 COMMANDS = {
     "masks": run_masks,
     "walk": run_walk,
+    "fit": run_fit_walk,
     "repetition": run_repetition,
     "apply": run_apply,
     "chain": run_chain,

@@ -5,14 +5,16 @@ before any token is generated (a 400 naming the budget and the minimum), instead
 budget and returning ``truncated``.
 
 The floor is built from the normalized schema as one concrete shortest instance (required members
-only, ``minItems`` items, ``minLength`` characters, the shortest enum member or branch), written as
-compact JSON and tokenized at its cheapest (fewest tokens, any spelling the vocabulary allows).
-Where a keyword makes the shortest instance unknowable here (a ``pattern`` or ``format`` on a
-string, an ``allOf`` left after normalization, a ``$ref`` cycle), the part is under-counted, never
-over-counted: a pattern's string counts only its ``minLength``, an unresolvable part counts as
-nothing. So the floor refuses only budgets that are plainly too small; it never refuses one that a
-cleverer output could fit, except that a string's filler characters are fixed (``a``), where a
-different text of the same length might tokenize one or two tokens shorter.
+only, ``minItems`` items, ``minLength`` characters, the shortest match of a string's ``pattern`` or
+enforced ``format``, the shortest enum member or branch), written as compact JSON and tokenized at
+its cheapest (fewest tokens, any spelling the vocabulary allows). Its strings are the ones the
+budget-fitting tracker plans (``tokenmold.grammar.fit.patterns``), so floor and plan agree. Where a
+keyword makes the shortest instance unknowable here (a pattern with no small automaton, an
+``allOf`` left after normalization, a ``$ref`` cycle), the part is under-counted, never
+over-counted: an unresolvable part counts as the shortest JSON value. So the floor refuses only
+budgets that are plainly too small; it never refuses one that a cleverer output could fit, except
+that a string's characters are fixed (``a``, or a pattern's preferred ones), where a different
+text of the same length might tokenize one or two tokens shorter.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from tokenmold.grammar.fit.patterns import Unplannable, string_rule
 from tokenmold.grammar.json_pointer import read_token
 
 #: Depth at which a ``$ref`` chain is taken as a cycle (its part counts as nothing).
@@ -81,9 +84,21 @@ class OutputFloor:
         """Fewest tokens of the vocabulary that spell ``text``."""
         return fewest_tokens(self.text.encode(), self.vocab)
 
-    def fits(self, budget: int) -> bool:
-        """Whether ``budget`` tokens can hold the text (counted only when its bytes exceed them)."""
-        return self.size <= budget or self.tokens <= budget
+    @cached_property
+    def fitted_tokens(self) -> int:
+        """The tokens budget fitting prices the text at (``Fitting.cost``): its cheapest count, or
+        llguidance's own tokenization where that is more (where the grammar forces bytes, such as
+        a required key, llguidance lets only its own spelling through)."""
+        ll_tokenizer = getattr(self.vocab, "llguidance_tokenizer", None)
+        data = self.text.encode()
+        if ll_tokenizer is None or len(data) > _MAX_EXACT_BYTES:
+            return self.tokens
+        return max(self.tokens, len(ll_tokenizer.tokenize_bytes(data)))
+
+    def fits(self, budget: int, *, fitted: bool = False) -> bool:
+        """Whether ``budget`` tokens can hold the text (counted only when its bytes exceed them),
+        as budget fitting counts it with ``fitted``."""
+        return self.size <= budget or (self.fitted_tokens if fitted else self.tokens) <= budget
 
 
 def output_floor(schema: dict[str, Any] | bool, vocab: Spellings) -> OutputFloor | None:
@@ -211,7 +226,7 @@ class _Shortest:
         if name in ("integer", "number"):
             return _smallest_number(schema)
         if name == "string":
-            return "a" * int(schema.get("minLength", 0))
+            return _shortest_string(schema)
         if name == "array":
             return self._array(schema, depth)
         if name == "object":
@@ -229,8 +244,12 @@ class _Shortest:
         return out
 
     def _object(self, schema: dict[str, Any], depth: int) -> dict[str, Any]:
+        """The required members, in the order the grammar writes them: the listed order (the
+        budget-fitting tracker's too), the unlisted ones after."""
         properties = schema.get("properties", {})
-        return {name: self._part(properties.get(name, True), depth) for name in schema.get("required", [])}
+        order = list(properties)
+        required = sorted(schema.get("required", []), key=lambda n: order.index(n) if n in order else len(order))
+        return {name: self._part(properties.get(name, True), depth) for name in required}
 
     def _part(self, schema: Any, depth: int) -> Any:
         """A member's shortest value; an unknowable member counts as the shortest JSON value."""
@@ -249,6 +268,20 @@ class _Shortest:
                 raise _Unknown("unresolved $ref")
             node = node[part]
         return node
+
+
+def _shortest_string(schema: dict[str, Any]) -> str:
+    """``minLength`` characters, or the shortest text a pattern or format takes (the one the
+    budget-fitting tracker plans: ``tokenmold.grammar.fit.patterns``)."""
+    try:
+        rule = string_rule(schema)
+    except Unplannable as exc:
+        raise _Unknown(str(exc)) from None
+    if rule is None:
+        return "a" * int(schema.get("minLength", 0))
+    if rule.shortest is None:
+        raise _Unknown("no string matches")
+    return rule.shortest
 
 
 def _implied_types(schema: dict[str, Any]) -> list[str]:

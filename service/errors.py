@@ -47,6 +47,14 @@ class BudgetTooSmall(RequestError):
     code = "budget_too_small"
 
 
+class FitUnplannable(RequestError):
+    """``budget: "fit"`` on a shape whose shortest completions the fitter cannot plan exactly (a
+    pattern without a small automaton, a ``minProperties`` above the required members): refused
+    before decoding, since fitting could not keep its promise to close within the budget."""
+
+    code = "fit_unplannable"
+
+
 class ModelNotFound(RequestError):
     """The request names a model this server does not serve: a 404."""
 

@@ -18,12 +18,13 @@ from typing import Any
 from tokenmold.grammar import CompiledShape, Vocabulary
 from tokenmold.grammar.backends.base import EngineSpec, FitRequest
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceCompiled
+from tokenmold.grammar.fit.coverage import first_gap
 from tokenmold.grammar.fit.fitter import Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import CallLayout, first_byte_kinds
 from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
 from tokenmold.grammar.tools import ToolCalls
-from tokenmold.service.errors import RequestError
+from tokenmold.service.errors import FitUnplannable, RequestError
 from tokenmold.service.repetition import RepetitionGuard
 
 #: Shapes whose fitting state and replay grammar are kept.
@@ -52,6 +53,12 @@ class BudgetFitting:
             backend = spec.backend if spec is not None else "no grammar engine"
             raise RequestError(
                 f"budget 'fit' runs with the llguidance grammar engine, and this shape compiled with {backend}",
+                param="budget",
+            )
+        gap = first_gap(target)
+        if gap is not None:
+            raise FitUnplannable(
+                f"budget 'fit' cannot plan the shortest answer of this shape at {gap.pointer or '/'}: {gap.reason}",
                 param="budget",
             )
         schema = json.dumps(target, separators=(",", ":"), ensure_ascii=False)

@@ -454,7 +454,8 @@ class Runtime:
         if self.config.budget_floor:
             floor = compiled.output_floor if compiled is not None else None
             if floor is not None and floor.size + fit > _budget(sampling, room):
-                await asyncio.to_thread(lambda: floor.tokens)  # a long text's count, off the event loop
+                # A long text's count, off the event loop.
+                await asyncio.to_thread(lambda: floor.fitted_tokens if fit else floor.tokens)
             # Fitting ends on an end-of-sequence token within the budget: it needs one more.
             _check_budget(compiled, sampling, room, eos=fit)
         forced = None
@@ -526,7 +527,7 @@ class Runtime:
         if floor is None:
             return True
         extra = len(forced.token_ids) - fewest_tokens(forced.text.encode(), self.compiler.vocab)
-        return floor.fits(_budget(sampling, room) - 1 - extra)
+        return floor.fits(_budget(sampling, room) - 1 - extra, fitted=True)
 
     def _with_prefix(
         self, forced: ForcedPrefix | None, token_ids: list[int], text: str, logprobs: Any
@@ -572,7 +573,7 @@ def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, roo
     with its end-of-sequence token when ``eos`` (budget fitting)."""
     floor = compiled.output_floor if compiled is not None else None
     budget = _budget(sampling, room)
-    if floor is None or floor.fits(budget - eos):
+    if floor is None or floor.fits(budget - eos, fitted=eos):
         return
     what = (
         f"max_tokens={budget}"
@@ -580,7 +581,7 @@ def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, roo
         else f"the {room} tokens the context leaves"
     )
     example = floor.text if len(floor.text) <= 60 else floor.text[:57] + "..."
-    needs = f"{floor.tokens} tokens and one for the end of sequence" if eos else f"{floor.tokens} tokens"
+    needs = f"{floor.fitted_tokens} tokens and one for the end of sequence" if eos else f"{floor.tokens} tokens"
     raise BudgetTooSmall(
         f"{what} cannot hold the shortest output this schema allows: {needs} "
         f"({len(floor.text)} characters, e.g. {example})",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import random
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -67,6 +68,8 @@ class WalkResult:
     #: For a schema-invalid walk: the keyword of the validation layer's first objection (``json``
     #: for text that is not strict JSON, e.g. a number beyond a double).
     keyword: str | None = None
+    #: The tokens drawn (the stop token left out), to replay a failure.
+    path: tuple[int, ...] = ()
 
 
 @functools.lru_cache(maxsize=2)
@@ -81,11 +84,27 @@ def _preferred_tokens(vocab: Vocabulary) -> np.ndarray:
     return flags
 
 
+class Restriction(Protocol):
+    """What narrows the grammar's row further and follows the tokens taken (``Fitter``)."""
+
+    def restrict(self, words: np.ndarray) -> bool: ...
+
+    def accept(self, token: int) -> None: ...
+
+
 def random_walk(
-    vocab: Vocabulary, compiled: CompiledGrammar, bitmask: torch.Tensor, rng: random.Random, max_tokens: int
+    vocab: Vocabulary,
+    compiled: CompiledGrammar,
+    bitmask: torch.Tensor,
+    rng: random.Random,
+    max_tokens: int,
+    *,
+    restriction: Restriction | None = None,
 ) -> WalkResult:
     """One random walk through ``compiled``'s masks (see ``benchmarks/walk.py``); a completed walk
-    is not judged here."""
+    is not judged here. With a ``restriction`` (the budget fitter: ``benchmarks/fit_walk.py``) its
+    row is the grammar's narrowed by it, and tokens are drawn uniformly, with no bias towards
+    closing: the walk must end on its own within ``max_tokens``, its stop token included."""
     preferred = _preferred_tokens(vocab)
     stops = set(vocab.stop_token_ids)
     matcher = compiled.matcher()
@@ -96,15 +115,20 @@ def random_walk(
 
     for step in range(max_tokens):
         matcher.fill_next_token_bitmask(bitmask)
+        if restriction is not None:
+            restriction.restrict(bitmask[0].numpy())
         allowed = allowed_tokens(bitmask, vocab.vocab_size)
         if allowed.size == 0:
             return WalkResult("dead_end", len(tokens), text())
-        if rng.random() < min(_MAX_CLOSING_BIAS, 2 * step / max_tokens) and preferred[allowed].any():
+        biased = restriction is None and rng.random() < min(_MAX_CLOSING_BIAS, 2 * step / max_tokens)
+        if biased and preferred[allowed].any():
             allowed = allowed[preferred[allowed]]
         token = int(allowed[rng.randrange(allowed.size)])
         if token in stops:
-            return WalkResult("completed", len(tokens), text())
+            return WalkResult("completed", len(tokens), text(), path=tuple(tokens))
         if not matcher.accept_token(token):
-            return WalkResult("mismatch", len(tokens), text(), matcher.error)
+            return WalkResult("mismatch", len(tokens), text(), matcher.error, path=tuple(tokens))
         tokens.append(token)
-    return WalkResult("capped", len(tokens), text())
+        if restriction is not None:
+            restriction.accept(token)
+    return WalkResult("capped", len(tokens), text(), path=tuple(tokens))

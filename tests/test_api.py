@@ -180,6 +180,17 @@ def test_budget_fit_closes_the_answer_within_max_tokens(client) -> None:
             model=MODEL, messages=WEATHER_QUESTION, max_tokens=5, extra_body={"budget": "fit", "regex": "[a-z]+"}
         )
     assert exc.value.body["param"] == "budget" and "JSON output shape" in exc.value.body["message"]
+    counted = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2}
+    with pytest.raises(openai.BadRequestError) as exc:  # a shape whose shortest answer fitting cannot plan
+        client.chat.completions.create(
+            model=MODEL,
+            messages=WEATHER_QUESTION,
+            max_tokens=40,
+            response_format={"type": "json_schema", "json_schema": {"name": "counted", "schema": counted}},
+            extra_body={"budget": "fit"},
+        )
+    assert exc.value.body["code"] == "fit_unplannable" and exc.value.body["param"] == "budget"
+    assert "minProperties" in exc.value.body["message"]
 
 
 def test_extensions_regex_choice_grammar_and_completions(client) -> None:

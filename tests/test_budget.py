@@ -43,9 +43,12 @@ def test_the_floor_counts_what_the_schema_requires(vocab) -> None:
 
 
 def test_unknowable_parts_count_low_never_high(vocab) -> None:
-    # A pattern's string counts only its minLength; an unresolved $ref counts as the shortest value.
+    # A pattern's string is its shortest match (the one budget fitting plans); a pattern with no
+    # small automaton counts as the shortest value; an unresolved $ref too.
     pattern = output_floor({"type": "string", "pattern": "^[0-9]{30}$"}, vocab)
-    assert pattern is not None and pattern.text == '""'
+    assert pattern is not None and pattern.text == '"' + "1" * 30 + '"'
+    huge = {"type": "object", "properties": {"a": {"type": "string", "pattern": "^[ab]*a[ab]{14}$"}}, "required": ["a"]}
+    assert output_floor(huge, vocab).text == '{"a":0}'
     dangling = output_floor({"type": "object", "properties": {"a": {"$ref": "#/$defs/nope"}}, "required": ["a"]}, vocab)
     assert dangling is not None and dangling.text == '{"a":0}'
     assert output_floor(False, vocab) is None

@@ -97,7 +97,10 @@ def test_an_open_utf8_sequence_is_completed_before_the_string_closes() -> None:
 
 def test_an_open_object_key_closes_as_an_extra_key_or_a_listed_one() -> None:
     assert _plan(OPEN, '{"i') == 'd":0}'
-    assert _plan(OPEN, '{"x') == '":"","id":0}'
+    assert _plan(OPEN, '{"id":1,"x') == '":""}'
+    # The grammar writes listed members in their order and extra keys after them.
+    assert _plan(OPEN, '{"x') is None
+    assert _plan(PERSON, '{"name":"A","tags":[],"a') is None  # age comes before tags
 
 
 def test_a_byte_the_schema_cannot_hold_loses_the_tracker() -> None:
@@ -153,7 +156,7 @@ def _walk(compiled, fitting: Fitting | None, budget: int, seed: int, fitter_kwar
 def test_fitted_random_walks_end_schema_valid_within_their_budget(vocab, table, schema) -> None:
     compiled = _compiled(vocab, schema)
     fitting = Fitting(compiled.normalized_schema, table)
-    floor = compiled.output_floor.tokens
+    floor = compiled.output_floor.fitted_tokens
     eos = set(vocab.stop_token_ids)
     for budget in (floor + 1, floor + 3, floor + 8, floor + 20):
         for seed in range(4):
@@ -173,7 +176,7 @@ def test_unfitted_random_walks_run_out_of_budget(vocab, schema=PERSON) -> None:
 def test_the_replay_finds_the_steps_the_live_fitter_narrowed(vocab, table) -> None:
     compiled = _compiled(vocab, PERSON)
     fitting = Fitting(compiled.normalized_schema, table)
-    budget = compiled.output_floor.tokens + 6
+    budget = compiled.output_floor.fitted_tokens + 6
     tokens, live = _walk(compiled, fitting, budget, seed=7)
     outcome = replay(fitting, compiled.token_grammar.matcher(), budget=budget, forced=(), tokens=tokens)
     assert outcome.narrowed == tuple(live.narrowed) and outcome.changed
@@ -359,3 +362,19 @@ def test_a_call_begun_in_free_text_closes_within_the_budget(vocab, table) -> Non
         assert tokens[-1] in vocab.stop_token_ids, (seed, vocab.hf_tokenizer.decode(tokens))
         calls, errors = check_tool_calls(vocab.hf_tokenizer.decode(tokens[:-1]), compiled.normalized_calls)
         assert calls and not errors, errors
+
+
+def test_a_bounded_number_is_planned_into_its_range() -> None:
+    bounded = {
+        "type": "object",
+        "properties": {"cpus": {"type": "number", "minimum": 0.1}, "port": {"type": "integer", "minimum": 10}},
+        "required": ["cpus", "port"],
+    }
+    assert _plan(bounded, '{"cpus":0') == '.1,"port":10}'
+    assert _plan(bounded, '{"cpus":2,"port":1') == "0}"
+    assert _plan(bounded, '{"cpus":2,"port":-') is None  # no negative port: the token is priced out
+    for written in ('{"cpus":0', '{"cpus":0.', '{"cpus":2,"port":1'):
+        plan = _plan(bounded, written)
+        jsonschema.validate(json.loads(written + plan), bounded)
+        for cut in range(1, len(plan)):
+            assert _plan(bounded, written + plan[:cut]) == plan[cut:]

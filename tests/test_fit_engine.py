@@ -11,7 +11,7 @@ import asyncio
 import jsonschema
 import pytest
 
-from tokenmold.grammar import Shape
+from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.extraction_tasks import TASKS
@@ -71,3 +71,53 @@ async def test_an_infeasible_budget_is_refused_before_decoding_in_fit_mode(engin
         await engine_runtime.generate(
             Prompt.user("List things."), Shape.from_json_schema(many), SamplingOptions(max_tokens=20, budget="fit")
         )
+
+
+PHONE_CONTACT = {
+    "anyOf": [
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "phone": {"type": "string", "pattern": "^\\+[0-9 ]{6,20}$"}},
+            "required": ["name", "phone"],
+        },
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "email": {"type": "string", "format": "email"}},
+            "required": ["name", "email"],
+        },
+    ]
+}
+TIMED_EVENTS = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"time": {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$"}, "title": {"type": "string"}},
+        "required": ["time", "title"],
+    },
+    "minItems": 2,
+    "maxItems": 5,
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "prompt"),
+    [
+        (PHONE_CONTACT, "Give the contact of Ada Lovelace, phone +44 20 7946 0958, as JSON."),
+        (TIMED_EVENTS, "List the day's events as JSON: standup at 09:30, lunch at 12:15, review at 16:00."),
+    ],
+    ids=["pattern-in-anyof", "pattern-in-array-items"],
+)
+async def test_patterned_strings_fit_at_60_percent_or_are_refused_up_front(engine_runtime, schema, prompt) -> None:
+    shape, natural = Shape.from_json_schema(schema), SamplingOptions(max_tokens=256, temperature=0.0)
+    result = await engine_runtime.generate(Prompt.user(prompt), shape, natural)
+    budget = round(result.completions[0].verdict.usage.completion_tokens * 0.6)
+    sampling = SamplingOptions(max_tokens=budget, temperature=0.0, budget="fit")
+    floor = (await engine_runtime.compile(shape, CompileOptions())).output_floor
+    if not floor.fits(budget - 1, fitted=True):
+        with pytest.raises(BudgetTooSmall):
+            await engine_runtime.generate(Prompt.user(prompt), shape, sampling)
+        return
+    fit = (await engine_runtime.generate(Prompt.user(prompt), shape, sampling)).completions[0].verdict
+    assert fit.status in FITS and fit.finish_reason == "stop", (budget, fit.status, fit.text)
+    assert fit.usage.completion_tokens <= budget
+    jsonschema.validate(fit.value, schema)

@@ -20,7 +20,7 @@ closes and the verdict lists the value in ``cut`` instead of truncating.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -30,6 +30,7 @@ import numpy as np
 from tokenmold.grammar.bitmask_rows import allowed_tokens, any_set, clear_packed, clear_tokens, pack, token_bits
 from tokenmold.grammar.budget import fewest_tokens, spelling_ends
 from tokenmold.grammar.fit.schema import FitSchema
+from tokenmold.grammar.fit.string_content import ShapedContent, shaped
 from tokenmold.grammar.fit.tracker import Arr, Free, Num, Obj, Str, Text, Tracker, is_content
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
@@ -42,6 +43,8 @@ MAX_CACHED_POSITIONS = 20_000
 UNPLANNED = 1 << 30
 #: Content tokens are grouped by length up to this many characters (longer ones share a group).
 MAX_CHARS = 64
+#: A plan longer than this is priced by its cheapest spelling alone (tokenizing it costs more).
+MAX_TOKENIZED = 20_000
 
 
 class TokenTable:
@@ -50,8 +53,12 @@ class TokenTable:
     counts their characters, ``special`` ones (control tokens, end of sequence) are
     never removed."""
 
-    def __init__(self, tokens: Iterable[tuple[int, bytes, bool]], size: int) -> None:
+    def __init__(
+        self, tokens: Iterable[tuple[int, bytes, bool]], size: int, tokenize: Callable[[bytes], list[int]] | None = None
+    ) -> None:
         self.size = size
+        #: The grammar engine's own tokenization of forced text (``None``: the cheapest is used).
+        self.tokenize = tokenize
         self.by_id: list[bytes] = [b""] * size
         self.special: np.ndarray = np.ones(size, dtype=bool)
         self.content: np.ndarray = np.zeros(size, dtype=bool)
@@ -74,6 +81,7 @@ class TokenTable:
         self.chars_at_least = [pack(self.content & (lengths >= n), words) for n in range(MAX_CHARS + 1)]
         #: Ordinary tokens that are not content: tried one by one inside a string.
         self.structural = np.flatnonzero(~self.special & ~self.content)
+        self.content_ids = np.flatnonzero(self.content)
         #: The spellings, for the cheapest tokenization of a plan (``budget.fewest_tokens``).
         self.spelled_tokens: dict[bytes, list[int]] = {}
         for token, data in enumerate(self.by_id):
@@ -84,7 +92,7 @@ class TokenTable:
 
     @classmethod
     def from_llguidance(cls, ll_tokenizer: Any) -> TokenTable:
-        return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size)
+        return cls(llguidance_tokens(ll_tokenizer), ll_tokenizer.vocab_size, ll_tokenizer.tokenize_bytes)
 
 
 class Fitting:
@@ -93,6 +101,7 @@ class Fitting:
     def __init__(self, schema: dict[str, Any] | bool, table: TokenTable) -> None:
         self.schema = FitSchema(schema)
         self.table = table
+        self.content = ShapedContent(table.by_id, table.content, table.chars)
         self._costs: dict[bytes, int] = {}
         #: Per position (``_position``), the cost after each token tried there.
         self.trials: dict[Any, Trials] = {}
@@ -115,9 +124,17 @@ class Fitting:
         return _ids([token for token, data in enumerate(self.table.by_id) if last and last in data])
 
     def cost(self, plan: bytes) -> int:
+        """The tokens ``plan`` takes: as the grammar engine tokenizes it where it can (llguidance
+        lets only that spelling through wherever the grammar forces the bytes, such as a required
+        key written in order: ``n``, ``erv``, ``ous`` where ``nerv``, ``ous`` would be one fewer),
+        and never fewer than its cheapest spelling."""
         found = self._costs.get(plan)
         if found is None:
-            found = self._costs[plan] = fewest_tokens(plan, self.table)
+            found = fewest_tokens(plan, self.table)
+            tokenize = self.table.tokenize
+            if tokenize is not None and len(plan) <= MAX_TOKENIZED:
+                found = max(found, len(tokenize(plan)))
+            self._costs[plan] = found
         return found
 
 
@@ -212,7 +229,10 @@ class Fitter:
             return self._free_text(words, tracker, limit)
         removed = False
         original = words.copy()
-        if isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
+        if isinstance(top, Str) and not top.text.open and shaped(top):
+            removed = self._shaped_content(words, tracker, limit)
+            tried = table.structural[token_bits(words, table.structural)]
+        elif isinstance(top, Str) and not top.text.open and all(c.values is None for c in top.cands):
             removed = self._string_content(words, tracker, now, limit)
             tried = table.structural[token_bits(words, table.structural)]
         else:
@@ -272,6 +292,20 @@ class Fitter:
             if plan is None or self.fitting.cost(plan) > limit:
                 removed = clear_packed(words, table.chars_bits[n] if n < need else table.chars_at_least[n]) or removed
         return removed
+
+    def _shaped_content(self, words: np.ndarray, tracker: Tracker, limit: int) -> bool:
+        """Clear the content tokens of a pattern's, a format's or an enum-or-text string that do not
+        fit, one plan per group of tokens that lead to the same plan (``string_content``)."""
+        top = tracker.top
+        assert isinstance(top, Str)
+        table = self.fitting.table
+        tokens = table.content_ids[token_bits(words, table.content_ids)]
+        bad = []
+        for group in self.fitting.content.groups(top, tokens):
+            plan = tracker.extend(table.by_id[group.first], int(table.chars[group.first])).plan()
+            if plan is None or self.fitting.cost(plan) > limit:
+                bad.append(group.tokens)
+        return bool(bad) and clear_tokens(words, np.concatenate(bad))
 
     def _key_content(self, tracker: Tracker, tokens: np.ndarray, limit: int) -> np.ndarray:
         """Of the content tokens a key allows, those that do not fit: the ones that continue a
@@ -334,7 +368,7 @@ def _position(tracker: Tracker) -> Any:
     plan reads (its length up to ``minLength`` and an open escape), so a string's trials are shared
     by all its steps."""
     top = tracker.top
-    if isinstance(top, Str) and all(c.values is None for c in top.cands):
+    if isinstance(top, Str) and all(c.values is None for c in top.cands) and not shaped(top):
         need = max(int(c.schema.get("minLength", 0)) for c in top.cands)
         reduced = top._replace(text=Text(b"", min(top.text.chars, need), top.text.escape, top.text.pending))
         return (*tracker.stack[:-1], reduced)

@@ -4,8 +4,9 @@ The budget-fitting mask (``tokenmold.grammar.fit.fitter``) asks, for a state and
 after each candidate token, how many tokens the cheapest valid completion needs. This module
 answers the first half: a byte-level JSON scanner over the normalized schema (the one the grammar
 was built from) whose ``plan()`` is the shortest completion: an open escape or UTF-8 sequence
-completed, the open string closed (after its ``minLength`` or the shortest enum member it has
-begun), numbers ended, the required members still missing written at their shortest, arrays given
+completed, the open string closed (after its ``minLength``, the shortest enum member it has
+begun, or the shortest text its pattern or format still takes: ``tokenmold.grammar.fit.patterns``),
+numbers ended, the required members still missing written at their shortest, arrays given
 their ``minItems``, every bracket closed.
 
 The tracker is immutable: ``feed`` returns a new one, so trying a token on it costs only the
@@ -26,6 +27,8 @@ from collections.abc import Iterable
 from functools import lru_cache
 from typing import Any, NamedTuple, Protocol
 
+from tokenmold.grammar.fit.numbers import bounds_of, number_tail
+from tokenmold.grammar.fit.patterns import Unplannable, string_rule
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
 from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.regex import search
@@ -88,6 +91,7 @@ class Str(NamedTuple):
 class Num(NamedTuple):
     pointer: str
     text: str
+    cands: tuple[Candidate, ...] = ()
 
 
 class Lit(NamedTuple):
@@ -350,7 +354,7 @@ class Tracker:
         if kind == "array":
             return stack + (Arr(pointer, fitting),)
         if kind == "number":
-            return stack + (Num(pointer, chr(byte)),)
+            return stack + (Num(pointer, chr(byte), fitting),)
         return stack + (Lit(pointer, {"t": "rue", "f": "alse", "n": "ull"}[chr(byte)]),)
 
     def _close(self, below: tuple[Frame, ...]) -> tuple[Frame, ...] | None:
@@ -383,7 +387,7 @@ class Tracker:
         if isinstance(frame, Str):
             return _finish_string(frame)
         if isinstance(frame, Num):
-            return b"0" if frame.text[-1] in "-+.eE" else b""
+            return _finish_number(frame)
         if isinstance(frame, Lit):
             return frame.rest.encode()
         if isinstance(frame, Obj):
@@ -440,12 +444,12 @@ class Tracker:
         options = []
         for name, schema in _named(cand, keys):
             written = _json(name)[1:-1].encode()
-            if written.startswith(key.raw):
+            if written.startswith(key.raw) and not _skips(cand, missing, name):
                 rest = [n for n in missing if n != name]
                 tail = written[len(key.raw) :]
                 options.append(tail + b'":' + floor(schema).encode() + members(rest, True) + b"}")
         extra = cand.schema.get("additionalProperties", True)
-        if extra is not False:
+        if extra is not False and not missing:  # extra keys come after the listed ones
             closed = key.raw + key.rest
             name = json.loads(b'"' + closed + b'"')
             if name not in keys and name not in cand.schema.get("properties", {}):
@@ -500,7 +504,21 @@ def _missing(cand: Candidate, keys: tuple[str, ...]) -> list[str]:
 
 
 def _named(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]]:
-    return [(n, s) for n, s in cand.schema.get("properties", {}).items() if n not in keys]
+    """The listed members that may still come: the grammar writes them in their listed order (a
+    member before the last one written is closed), and none once an extra key was written."""
+    properties = cand.schema.get("properties", {})
+    order = list(properties)
+    written = [order.index(k) for k in keys if k in properties]
+    if len(written) < len(keys):
+        return []
+    after = max(written, default=-1)
+    return [(n, properties[n]) for n in order[after + 1 :]]
+
+
+def _skips(cand: Candidate, missing: list[str], name: str) -> bool:
+    """Whether writing listed ``name`` next would skip a required member listed before it."""
+    order = list(cand.schema.get("properties", {}))
+    return any(n in order and order.index(n) < order.index(name) for n in missing)
 
 
 def _optional(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]]:
@@ -512,9 +530,18 @@ def _optional(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]
 
 def _finish_string(frame: Str) -> bytes | None:
     text = frame.text
-    options = []
+    options: list[bytes | None] = []
     for cand in frame.cands:
         values = cand.values
+        try:
+            rule = string_rule(cand.schema) if values is None else None
+        except Unplannable:  # refused for fitting up front; never planned as filler
+            options.append(None)
+            continue
+        if rule is not None:
+            tail = rule.finish(text.raw, text.chars, text.escape, text.pending)
+            options.append(None if tail is None else tail + b'"')
+            continue
         if values is None:
             need = max(0, int(cand.schema.get("minLength", 0)) - text.chars - (text.escape != 0))
             options.append(text.rest + b"a" * need + b'"')
@@ -523,6 +550,21 @@ def _finish_string(frame: Str) -> bytes | None:
             written = _json(value)[1:-1].encode()
             if written.startswith(text.raw):
                 options.append(written[len(text.raw) :] + b'"')
+    return _cheapest(options)
+
+
+def _finish_number(frame: Num) -> bytes | None:
+    """The shortest end of the number: an enum member it begins, or digits that bring it within
+    its bounds (``tokenmold.grammar.fit.numbers``)."""
+    options: list[bytes | None] = []
+    for cand in frame.cands:
+        values = cand.values
+        if values is not None:
+            written = (json.dumps(v) for v in values)
+            options += [w[len(frame.text) :].encode() for w in written if w.startswith(frame.text)]
+            continue
+        tail = number_tail(frame.text, cand.kind == "integer", bounds_of(cand.schema))
+        options.append(None if tail is None else tail.encode())
     return _cheapest(options)
 
 

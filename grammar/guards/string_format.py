@@ -78,14 +78,14 @@ _URI = "".join(
 )
 
 
-def _plain(expression: str) -> str:
+def plain(expression: str) -> str:
     """``expression`` anchored, its named groups made plain (interegular reads no names)."""
     return "^" + re.sub(r"\(\?P<\w+>", "(?:", expression) + "$"
 
 
 #: The formats the pattern guard holds, each as the anchored pattern its automaton is built from.
 FORMAT_PATTERNS: dict[str, str] = {
-    "hostname": _plain(_HOSTNAME),
-    "email": _plain(_EMAIL),
-    "uri": _plain(_URI),
+    "hostname": plain(_HOSTNAME),
+    "email": plain(_EMAIL),
+    "uri": plain(_URI),
 }

@@ -4,7 +4,7 @@
 | exception | status | code |
 |---|---|---|
 | grammar ``ShapeError`` (bad shape; limit; compile timeout) | 400 | the error's own (``invalid_schema``, ...) |
-| ``RequestError`` (``PromptTooLong``, ``BudgetTooSmall``) | 400 | the error's own (``context_length_exceeded``, ...) |
+| ``RequestError`` (``PromptTooLong``, ``BudgetTooSmall``, ``FitUnplannable``) | 400 | the error's own |
 | ``ModelNotFound`` | 404 | ``model_not_found`` |
 | request validation (FastAPI's or ``SamplingOptions``') | 400 | ``invalid_request`` |
 | body larger than ``--max-body-bytes`` | 413 | ``request_too_large`` |
