@@ -2,7 +2,7 @@
 same model, scored by the Berkeley Function Calling Leaderboard's AST checker.
 
 Both servers get the same requests (BFCL's question, its functions as strict OpenAI tools,
-``tool_choice: "required"``, greedy, one fixed ``max_tokens``), one request at a time, and serve
+``tool_choice: "required"``, greedy, one fixed ``max_tokens``), ``--concurrency`` at a time, and serve
 the same model folder: the embedded SmolLM2-135M-Instruct with a chat template that renders the
 tools. SmolLM2's own template renders none, so vLLM would show the model no tools while tokenmold
 writes them into the system message itself; the bench's template writes exactly tokenmold's text
@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -174,15 +175,15 @@ def ask(client: httpx.Client, url: str, model: str, task: Task, max_tokens: int)
     )
 
 
-def run_server(url: str, tasks: list[Task], max_tokens: int, label: str) -> list[Turn]:
-    with httpx.Client(timeout=600) as client:
+def run_server(url: str, tasks: list[Task], max_tokens: int, concurrency: int, label: str) -> list[Turn]:
+    """Every task, ``concurrency`` requests in flight (1: one after the other); turns in task order."""
+    with httpx.Client(timeout=1800) as client, ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
         model = client.get(f"{url}/v1/models").json()["data"][0]["id"]
-        turns = []
-        for done, task in enumerate(tasks, 1):
-            turns.append(ask(client, url, model, task, max_tokens))
+        futures = [pool.submit(ask, client, url, model, task, max_tokens) for task in tasks]
+        for done, _ in enumerate(as_completed(futures), 1):
             if done % 10 == 0 or done == len(tasks):
                 print(f"bfcl: {label} {done}/{len(tasks)}", file=sys.stderr, flush=True)
-    return turns
+        return [f.result() for f in futures]
 
 
 def render(results: dict[str, list[Turn]]) -> str:
@@ -218,6 +219,9 @@ def run_bfcl(argv: list[str]) -> int:
     parser.add_argument("--per-category", type=int, default=15, help="tasks per BFCL category (a seeded sample)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--max-tokens", type=int, default=512, help="per turn (the longest expected answer: ~260)")
+    parser.add_argument(
+        "--concurrency", type=int, default=8, help="requests in flight per server (1: one at a time, slower)"
+    )
     parser.add_argument("--dtype", default="auto", help="the weights' dtype, both servers (auto: as tokenmold picks)")
     parser.add_argument("--kv-cache-gib", type=float, default=1.0, help="KV-cache memory on CPU, both servers")
     parser.add_argument("--vllm-url", default=None, help="score a vLLM server already serving --model-dir instead")
@@ -244,7 +248,7 @@ def run_bfcl(argv: list[str]) -> int:
     try:
         for server in servers:
             with started(server, model_dir, args, work) as url:
-                results[server] = run_server(url, tasks, args.max_tokens, server)
+                results[server] = run_server(url, tasks, args.max_tokens, args.concurrency, server)
     finally:
         if args.model_dir is None:
             shutil.rmtree(work, ignore_errors=True)
