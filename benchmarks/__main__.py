@@ -1,4 +1,4 @@
-"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers ...`` from the repository root
+"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers|bfcl ...`` from the repository root
 (``benchmarks/__init__.py``)."""
 
 from __future__ import annotations
@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.apply import run_apply
+from benchmarks.bfcl import run_bfcl
 from benchmarks.chain import run_chain
 from benchmarks.fit_walk import run_fit_walk
 from benchmarks.masks import run_masks
@@ -24,6 +25,7 @@ COMMANDS = {
     "chain": run_chain,
     "rows": run_rows,
     "tokenizers": run_tokenizers,
+    "bfcl": run_bfcl,
 }
 
 

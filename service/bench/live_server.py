@@ -1,7 +1,9 @@
 """``tokenmold serve`` as a child process on loopback: started, waited for, measured and stopped.
 
-Used by ``bench load`` and the HTTP tests. The server runs in its own process group so that its
-vLLM engine and compile workers are accounted for (RSS) and verifiably gone afterwards.
+Used by ``bench load``, the HTTP tests and the ``bfcl`` benchmark (which also starts vLLM's own
+server through it: any OpenAI server that takes ``--port`` and answers ``/health``). The server
+runs in its own process group so that its vLLM engine and compile workers are accounted for (RSS)
+and verifiably gone afterwards.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -35,11 +38,22 @@ def free_port() -> int:
 class LiveServer:
     """A context manager; ``url`` is set once the server answers /health with 200."""
 
-    def __init__(self, *serve_args: str, log: Path, startup_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        *serve_args: str,
+        log: Path,
+        startup_timeout_s: float = 300.0,
+        command: Sequence[str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        """``command``: the program and its leading arguments (default ``tokenmold serve``), given
+        ``--port`` and then ``serve_args``; ``env``: its whole environment (default this one's)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         self._args = serve_args
+        self._command = list(command or (sys.executable, "-m", "tokenmold.service.cli", "serve"))
+        self._env = dict(env) if env is not None else None
         self._startup_timeout_s = startup_timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._deadline = 0.0
@@ -55,10 +69,10 @@ class LiveServer:
     def launch(self) -> LiveServer:
         """Start the server process without waiting for it: a test session launches its shared server
         before the tests that need no engine, so that the engine loads while they run."""
-        command = [sys.executable, "-m", "tokenmold.service.cli", "serve", "--port", str(self.port), *self._args]
+        command = [*self._command, "--port", str(self.port), *self._args]
         with open(self.log, "wb") as out:
             self._proc = subprocess.Popen(
-                command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                command, cwd=ROOT, env=self._env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
         self._deadline = time.monotonic() + self._startup_timeout_s
         return self
