@@ -18,9 +18,10 @@ from tokenmold.grammar.limits import DEFAULT_LIMITS
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict
+from tokenmold.service.budget_check import check_budget, request_budget
 from tokenmold.service.engine import Engine, EngineConfig
 from tokenmold.service.environment import configure_environment
-from tokenmold.service.errors import BudgetTooSmall, EngineUnavailable, PromptTooLong, RequestError
+from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 from tokenmold.service.fit import BudgetFitting
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.model_home import resolve_model
@@ -453,11 +454,11 @@ class Runtime:
         fit = sampling.budget == "fit"
         if self.config.budget_floor:
             floor = compiled.output_floor if compiled is not None else None
-            if floor is not None and floor.size + fit > _budget(sampling, room):
+            if floor is not None and floor.size + fit > request_budget(sampling, room):
                 # A long text's count, off the event loop.
                 await asyncio.to_thread(lambda: floor.fitted_tokens if fit else floor.tokens)
             # Fitting ends on an end-of-sequence token within the budget: it needs one more.
-            _check_budget(compiled, sampling, room, eos=fit)
+            check_budget(compiled, sampling, room, eos=fit)
         forced = None
         if self.jump_forward:
             forced = forced_prefix(
@@ -472,7 +473,7 @@ class Runtime:
         room -= len(forced.token_ids) if forced else 0
         fit_spec = None
         if fit:
-            fit_spec = spec = self.fitting.request(compiled, spec, _budget(sampling, room))
+            fit_spec = spec = self.fitting.request(compiled, spec, request_budget(sampling, room))
         repeated_calls = self.repeated_call_guard(compiled, sampling)
         if repeated_calls and spec is not None and spec.llguidance is not None:
             assert compiled is not None and isinstance(compiled.shape.source, ToolCalls)
@@ -527,7 +528,7 @@ class Runtime:
         if floor is None:
             return True
         extra = len(forced.token_ids) - fewest_tokens(forced.text.encode(), self.compiler.vocab)
-        return floor.fits(_budget(sampling, room) - 1 - extra, fitted=True)
+        return floor.fits(request_budget(sampling, room) - 1 - extra, fitted=True)
 
     def _with_prefix(
         self, forced: ForcedPrefix | None, token_ids: list[int], text: str, logprobs: Any
@@ -561,32 +562,6 @@ def _chat_template(given: str | None) -> str | None:
         return load_chat_template(given)
     except (OSError, VLLMValidationError) as exc:
         raise ValueError(f"--chat-template: {exc}") from None
-
-
-def _budget(sampling: SamplingOptions, room: int) -> int:
-    """The tokens a request may generate: its ``max_tokens``, within what the context leaves."""
-    return min(sampling.max_tokens or room, room)
-
-
-def _check_budget(compiled: CompiledShape | None, sampling: SamplingOptions, room: int, *, eos: bool) -> None:
-    """Refuse a budget that cannot hold the shape's shortest output (it could only be truncated),
-    with its end-of-sequence token when ``eos`` (budget fitting)."""
-    floor = compiled.output_floor if compiled is not None else None
-    budget = _budget(sampling, room)
-    if floor is None or floor.fits(budget - eos, fitted=eos):
-        return
-    what = (
-        f"max_tokens={budget}"
-        if sampling.max_tokens and sampling.max_tokens <= room
-        else f"the {room} tokens the context leaves"
-    )
-    example = floor.text if len(floor.text) <= 60 else floor.text[:57] + "..."
-    needs = f"{floor.fitted_tokens} tokens and one for the end of sequence" if eos else f"{floor.tokens} tokens"
-    raise BudgetTooSmall(
-        f"{what} cannot hold the shortest output this schema allows: {needs} "
-        f"({len(floor.text)} characters, e.g. {example})",
-        param="max_tokens",
-    )
 
 
 def _all_cut_or_done(collected: dict[int, _Collected], n: int) -> bool:
