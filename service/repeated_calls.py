@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -84,3 +85,21 @@ class RepeatedCallGuard:
             return
         allowed = tokens[token_bits(words, tokens)]
         keep_unless_emptied(words, pack_ids(allowed, len(words)))
+
+
+def run_beside(grammar: Any, format_name: str, forced: tuple[int, ...], ll_tokenizer: Any) -> None:
+    """Chain a guard for the tool-call format ``format_name`` beside one of the engine's llguidance
+    grammars (``grammar_chain.beside``), fed first the ``forced`` tokens the prompt ends with."""
+    from tokenmold.grammar.toolformats import tool_format
+    from tokenmold.service.grammar_chain import beside
+
+    fmt = tool_format(format_name)
+
+    def start() -> RepeatedCallGuard:
+        guard = RepeatedCallGuard(
+            fmt, ll_tokenizer.decode_bytes, ll_tokenizer.tokenize_bytes, tuple(ll_tokenizer.eos_tokens)
+        )
+        guard.feed(list(forced))
+        return guard
+
+    beside(grammar, "the repeated-call guard", start, RepeatedCallGuard.feed, RepeatedCallGuard.restrict)

@@ -591,21 +591,8 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
 
 def _end_repeated_calls(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     """Run the repeated-call guard (``service/repeated_calls.py``) next to ``grammar`` when its
-    spec asks for it: once a call closes that repeats an earlier one of the output, the rows keep
-    only the end of the call section and then the end of sequence, so no token goes past it."""
-    from tokenmold.grammar.toolformats import tool_format
-    from tokenmold.service.repeated_calls import RepeatedCallGuard
+    spec asks for it: no token goes past a call that repeats an earlier one of the output."""
+    from tokenmold.service.repeated_calls import run_beside
 
-    if spec.repeated_calls is None:
-        return
-    fmt = tool_format(spec.repeated_calls)
-    ll_tokenizer = _prototypes(backend).ll_tokenizer
-
-    def start() -> RepeatedCallGuard:
-        guard = RepeatedCallGuard(
-            fmt, ll_tokenizer.decode_bytes, ll_tokenizer.tokenize_bytes, tuple(ll_tokenizer.eos_tokens)
-        )
-        guard.feed(list(spec.forced))
-        return guard
-
-    beside(grammar, "the repeated-call guard", start, RepeatedCallGuard.feed, RepeatedCallGuard.restrict)
+    if spec.repeated_calls is not None:
+        run_beside(grammar, spec.repeated_calls, spec.forced, _prototypes(backend).ll_tokenizer)
