@@ -8,9 +8,12 @@ A module that needs other flags (a short context, drafting, a server it kills) d
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
+from typing import NamedTuple
 
+import httpx
 import openai
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
 
@@ -138,3 +141,45 @@ def finished_batch(client: openai.OpenAI, batch_id: str, timeout_s: float = 300)
             return batch
         assert time.monotonic() < deadline, batch
         time.sleep(0.5)
+
+
+class PrefixUse(NamedTuple):
+    """What vLLM's metrics say of two chats that share a long system message."""
+
+    #: vLLM's ``cache_config_info`` says so (``None``: the server shows no such line).
+    enabled: bool | None
+    prompt_tokens: list[int]
+    queried: float
+    hits: float
+
+
+def prefix_cache_use(server: str, client: openai.OpenAI, rules: int = 120) -> PrefixUse:
+    """Send two chats whose system message (``rules`` rules, ~10 tokens each) they share, and read
+    from ``/metrics`` how many prompt tokens asked vLLM's prefix cache and how many it served."""
+    system = "You are a careful assistant. " + " ".join(f"Rule {i}: answer in plain words." for i in range(rules))
+
+    def metrics() -> str:
+        return httpx.get(f"{server}/metrics", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).text
+
+    def counter(text: str, name: str) -> float:
+        return sum(float(value) for value in re.findall(rf"^{re.escape(name)}\{{[^}}]*\}} (\S+)$", text, re.M))
+
+    before = metrics()
+    prompts = []
+    for question in ("What is two plus two?", "Name a color."):
+        reply = client.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": question}],
+            max_tokens=2,
+            temperature=0,
+        )
+        assert reply.usage is not None
+        prompts.append(reply.usage.prompt_tokens)
+    after = metrics()
+    info = re.search(r'^vllm:cache_config_info\{[^}]*enable_prefix_caching="(\w+)"', after, re.M)
+    enabled = None if info is None else info.group(1) == "True"
+    queried, hits = (
+        counter(after, name) - counter(before, name)
+        for name in ("vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total")
+    )
+    return PrefixUse(enabled, prompts, queried, hits)

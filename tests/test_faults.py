@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 from early import EarlyWork
-from live_api import slow_regex
+from live_api import prefix_cache_use, slow_regex
 
 from tokenmold.service.bench.live_server import LiveServer
 
@@ -37,7 +37,9 @@ FLAGS = ("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "w
 def early(work: EarlyWork) -> None:
     """The module's servers, started while the tests without an engine run (``early.py``); the
     engine-death test's last, once the other early work has freed its memory."""
-    work.server("faults", *FLAGS, "--shutdown-grace", "150")
+    # Prefix caching off (a vLLM engine flag): the same chats that share a prefix on the shared
+    # server, which has it on, take nothing from the cache here.
+    work.server("faults", *FLAGS, "--shutdown-grace", "150", "--no-enable-prefix-caching")
     work.server("engine-death", *FLAGS, last=True)
 
 
@@ -200,6 +202,12 @@ def _engine_core(server: LiveServer) -> psutil.Process:
         except psutil.NoSuchProcess:
             continue
     raise AssertionError(f"no EngineCore among {[(p.pid, p.name()) for p in server.processes()]}")
+
+
+def test_a_vllm_engine_flag_changes_the_engine_prefix_caching_off(server: LiveServer) -> None:
+    use = prefix_cache_use(server.url, openai.OpenAI(base_url=f"{server.url}/v1", api_key="none"), rules=50)
+    print(f"prompts {use.prompt_tokens} tokens: {use.queried:.0f} queried, {use.hits:.0f} served from the prefix cache")
+    assert use.enabled is False and use.hits == 0
 
 
 def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(early_work: EarlyWork) -> None:
