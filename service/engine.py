@@ -119,6 +119,7 @@ def _forced_drafts(tokens: int) -> dict[str, Any] | None:
 def vllm_engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
     """vLLM's engine arguments for ``config``, built as vLLM's own server builds them
     (``from_cli_args``): tokenmold's defaults, and on top the arguments given (``engine_args``)."""
+    from vllm.config import StructuredOutputsConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.platforms import current_platform
 
@@ -136,7 +137,8 @@ def vllm_engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
         tensor_parallel_size=config.tensor_parallel_size,
         data_parallel_size=config.data_parallel_size,
         gpu_memory_utilization=config.gpu_memory_utilization,
-        structured_outputs_config={"backend": "xgrammar"},
+        # An object, not vLLM's CLI dict: vLLM writes the reasoning parser into it.
+        structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
         # Given here, not in structured_outputs_config: vLLM then also sets up its reasoning config,
         # which its thinking_token_budget needs (the markers it counts and forces).
         reasoning_parser=config.reasoning_parser or "",

@@ -47,7 +47,7 @@ def test_a_vllm_command_line_reaches_the_engine_arguments(model_path: str) -> No
     assert engine.enable_lora is True and engine.speculative_config == speculative
     assert engine.max_num_seqs == 8 and engine.seed == 7 and engine.max_model_len == 2000
     assert engine.model == model_path  # tokenmold's --model, resolved
-    assert engine.structured_outputs_config["backend"] == "xgrammar"  # tokenmold's grammar path stays
+    assert engine.structured_outputs_config.backend == "xgrammar"  # tokenmold's grammar path stays
 
 
 def test_without_vllm_flags_tokenmold_defaults_apply(model_path: str) -> None:
