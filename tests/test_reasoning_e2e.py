@@ -45,7 +45,9 @@ THINKING = {"chat_template": TEMPLATE, "thinking_token_budget": BUDGET}
 
 
 def early(work: EarlyWork) -> None:
-    """The reasoning server, started while the tests without an engine run."""
+    """The reasoning server, started while the tests without an engine run; not held back to the
+    last (``early.py``): the fault tests wait for every server queued before them to be up, and this
+    one would then start on the suite's critical path."""
     work.server(
         "reasoning",
         "--reasoning-parser", "olmo3",
@@ -53,7 +55,6 @@ def early(work: EarlyWork) -> None:
         "--max-model-len", "1024",
         "--api-key", KEY,
         "--log-level", "warning",
-        last=True,
     )  # fmt: skip
 
 
