@@ -91,6 +91,14 @@ def _engine_group(module_items: list[pytest.Item]) -> int:
     return 3
 
 
+def _settles(module_items: list[pytest.Item]) -> bool:
+    """A module that waits for all the early work to end before its tests (``SETTLES``: the fault
+    tests, whose timings a server starting beside them would skew) runs after the others of its
+    group: by then only the servers queued last are still starting, and the other modules' tests
+    ran while they started instead of waiting with it."""
+    return bool(getattr(getattr(module_items[0], "module", None), "SETTLES", False))
+
+
 _EARLY = pytest.StashKey[EarlyWork]()
 #: The module that uses the shared server last: the server stops when it ends.
 _LAST_SHARED = pytest.StashKey[str]()
@@ -102,7 +110,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(by_module.items(), key=lambda module: _engine_group(module[1]))
+    ordered = sorted(by_module.items(), key=lambda module: (_engine_group(module[1]), _settles(module[1])))
     items[:] = [item for _, module_items in ordered for item in module_items]
     if config.option.collectonly:
         return

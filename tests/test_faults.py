@@ -30,6 +30,10 @@ from tokenmold.service.bench.live_server import LiveServer
 pytestmark = pytest.mark.engine
 
 
+#: The module waits for every early server to be up before its tests (``server``): it runs after
+#: the other modules with servers of their own (``conftest._settles``).
+SETTLES = True
+
 #: The faults' servers: a short context, and room for a compile of several seconds.
 FLAGS = ("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "warning")
 
