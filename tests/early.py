@@ -37,6 +37,8 @@ class EarlyWork:
         self._results: dict[str, Future[Any]] = {}
         #: Work held back until ``begin_the_last``: servers that would stand idle through the other work.
         self._last: list[Callable[[], None]] = []
+        #: The names of the servers declared so far.
+        self._declared: set[str] = set()
         self._running: subprocess.Popen[str] | None = None
         self._closed = threading.Event()
 
@@ -50,6 +52,9 @@ class EarlyWork:
         """Start ``tokenmold serve FLAGS`` and wait until it is healthy, before the next work begins;
         ``last``: after all the work not so marked (a server that stands idle until its module runs
         holds an engine's memory all that while)."""
+        if name in self._declared:  # two modules that share one server both declare it
+            return
+        self._declared.add(name)
         live = LiveServer(*flags, log=self.folder(name) / "serve.log")
 
         def submit() -> None:
@@ -83,6 +88,12 @@ class EarlyWork:
     def take_server(self, name: str) -> LiveServer:
         """The healthy server started as ``name``; the caller stops it (``with``)."""
         return self._servers.pop(name).result()
+
+    def lend_server(self, name: str) -> LiveServer:
+        """The healthy server started as ``name``, left running for a later module that takes it
+        (``take_server``; one no test takes is stopped at the end, ``close``)."""
+        found: LiveServer = self._servers[name].result()
+        return found
 
     def result(self, name: str) -> Any:
         """What the work called ``name`` returned (a ``subprocess.CompletedProcess`` for a run)."""

@@ -39,6 +39,16 @@ ENGINE_FLAGS = (
 )  # fmt: skip
 
 
+#: The reasoning server's flags (a thinking model's parser, request chat templates). It serves
+#: ``test_reasoning_e2e.py``, then ``test_faults.py`` kills its engine: one engine start, not two.
+REASONING_SERVER = (
+    "--reasoning-parser", "olmo3",
+    "--trust-request-chat-template",
+    "--max-model-len", "1024",
+    "--log-level", "warning",
+)  # fmt: skip
+
+
 def server_args(batch_dir: Path) -> tuple[str, ...]:
     """The shared server's flags: the model's own context (the 128 tools' prompt is ~3k tokens),
     an API key, two compile workers, a batch folder for ``/v1/batches``, and ``ENGINE_FLAGS``."""

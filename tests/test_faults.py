@@ -3,8 +3,8 @@
 One server (module-scoped) takes the faults it survives: a slow compile (a new small schema is
 still answered meanwhile; figures printed), a compile worker killed with SIGKILL mid-compile, a
 streaming client that leaves; then, as the module's last test, SIGTERM under load (in-flight
-finish, new ones 503, exit 0), which ends it. A second server takes the engine process killed
-(503 at once, exit status 1).
+finish, new ones 503, exit 0), which ends it. The reasoning server, once its own tests are done,
+takes the engine process killed (503 at once, exit status 1).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 from early import EarlyWork
-from live_api import prefix_cache_use, slow_regex
+from live_api import REASONING_SERVER, prefix_cache_use, slow_regex
 
 from tokenmold.service.bench.live_server import LiveServer
 
@@ -39,12 +39,13 @@ FLAGS = ("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "w
 
 
 def early(work: EarlyWork) -> None:
-    """The module's servers, started while the tests without an engine run (``early.py``); the
-    engine-death test's last, once the other early work has freed its memory."""
+    """The module's servers, started while the tests without an engine run (``early.py``). The
+    engine-death test kills the reasoning server's engine, once ``test_reasoning_e2e.py`` (which
+    runs earlier) is done with it: one engine start fewer."""
     # Prefix caching off (a vLLM engine flag): the same chats that share a prefix on the shared
     # server, which has it on, take nothing from the cache here.
     work.server("faults", *FLAGS, "--shutdown-grace", "150", "--no-enable-prefix-caching")
-    work.server("engine-death", *FLAGS, last=True)
+    work.server("reasoning", *REASONING_SERVER)
 
 
 @pytest.fixture(scope="module")
@@ -215,7 +216,7 @@ def test_a_vllm_engine_flag_changes_the_engine_prefix_caching_off(server: LiveSe
 
 
 def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(early_work: EarlyWork) -> None:
-    with early_work.take_server("engine-death") as live:
+    with early_work.take_server("reasoning") as live:
         in_flight = _in_background(lambda: _chat(live, {"ignore_eos": True}, max_tokens=900, timeout_s=60))
         _wait_for(lambda: _metrics(live)["tokenmold_engine_requests_running"] == 1)
         _engine_core(live).kill()

@@ -8,13 +8,13 @@ reads the same markers spelled in three tokens. ``thinking_token_budget`` is wha
 thinking here: SmolLM2 would go on thinking until ``max_tokens``, as the last test shows.
 
 The server of its own (``--reasoning-parser`` is an engine flag: vLLM's structured-output manager
-and its thinking budget are set up per engine) starts in the background (``early.py``).
+and its thinking budget are set up per engine) starts in the background (``early.py``); the fault
+tests kill its engine afterwards.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import jsonschema
 import openai
 import pytest
 from early import EarlyWork
-from live_api import KEY, MODEL, TOOLS, WEATHER_PARAMS, WEATHER_QUESTION
+from live_api import KEY, MODEL, REASONING_SERVER, TOOLS, WEATHER_PARAMS, WEATHER_QUESTION
 from openai.types.responses import ResponseOutputMessage, ResponseReasoningItem
 
 TEMPLATE = (Path(__file__).parent / "fixtures" / "chat_templates" / "smollm2_thinking.jinja").read_text()
@@ -47,22 +47,14 @@ THINKING = {"chat_template": TEMPLATE, "thinking_token_budget": BUDGET}
 def early(work: EarlyWork) -> None:
     """The reasoning server, started while the tests without an engine run; not held back to the
     last (``early.py``): the fault tests wait for every server queued before them to be up, and this
-    one would then start on the suite's critical path."""
-    work.server(
-        "reasoning",
-        "--reasoning-parser", "olmo3",
-        "--trust-request-chat-template",
-        "--max-model-len", "1024",
-        "--api-key", KEY,
-        "--log-level", "warning",
-    )  # fmt: skip
+    one would then start on the suite's critical path. It outlives this module: the engine-death
+    test of ``test_faults.py`` (which runs later) kills its engine."""
+    work.server("reasoning", *REASONING_SERVER)
 
 
 @pytest.fixture(scope="module")
-def reasoning_server(early_work: EarlyWork) -> Iterator[str]:
-    with early_work.take_server("reasoning") as live:
-        yield live.url
-    assert not live.left_processes_behind
+def reasoning_server(early_work: EarlyWork) -> str:
+    return early_work.lend_server("reasoning").url
 
 
 @pytest.fixture(scope="module")
