@@ -248,9 +248,13 @@ class Fitter:
             if trials.highest > limit or not trials.planned.issuperset(tokens):
                 bad = [t for t in tokens if self._trial(trials, t) > limit]
                 removed = clear_tokens(words, _ids(bad)) or removed
+        return self._settled(words, original, removed)
+
+    def _settled(self, words: np.ndarray, original: np.ndarray, removed: bool) -> bool:
+        """Whether the step's row was narrowed (then recorded); where nothing would be left (a plan
+        the grammar does not allow), the grammar's row stands, and the output may end truncated
+        rather than stuck."""
         if removed and not any_set(words):
-            # Nothing fits (a plan the grammar does not allow): the grammar's row stands, and the
-            # output may end truncated rather than stuck.
             words[:] = original
             return False
         if removed:
@@ -270,12 +274,7 @@ class Fitter:
             trials = self.fitting.position(_position(tracker))
             bad = [t for t in tried[token_bits(words, tried)].tolist() if self._trial(trials, t) > limit]
             removed = clear_tokens(words, _ids(bad))
-        if removed and not any_set(words):
-            words[:] = original
-            return False
-        if removed:
-            self._record()
-        return removed
+        return self._settled(words, original, removed)
 
     def _string_content(self, words: np.ndarray, tracker: Tracker, now: int, limit: int) -> bool:
         """Clear the content tokens of a string that do not fit, priced by their length: the plan
