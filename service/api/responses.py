@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 from tokenmold.schemas.openai import AllowedTools as ChatAllowedTools
@@ -442,21 +443,25 @@ class ResponsesStream:
         )
         return out
 
+    def _call_item(self, call: int, make: Callable[[], OutputItem]) -> tuple[list[ResponseEvent], int]:
+        """The output index of call ``call``'s item, opened with ``make`` (from the call's first delta,
+        which carries its id and name) unless it is the open item, and the events that opened it."""
+        out = [] if self._open is not None and self._open[1] == call else self._start(make(), call)
+        assert self._open is not None
+        return out, self._open[0]
+
     def _call_delta(self, call: ToolCallDelta) -> list[ResponseEvent]:
         """A call opens on its first delta (id and name) and grows by its argument fragments."""
-        out: list[ResponseEvent] = []
-        if self._open is None or self._open[1] != call.index:
-            # The first delta of a call carries its id and name.
-            item = OutputFunctionCall(
+        out, index = self._call_item(
+            call.index,
+            lambda: OutputFunctionCall(
                 id=new_id("fc"),
                 call_id=call.id or "",
                 name=call.function.name or "",
                 arguments="",
                 status="in_progress",
-            )
-            out += self._start(item, call.index)
-        assert self._open is not None
-        index = self._open[0]
+            ),
+        )
         opened = self.output[index]
         assert isinstance(opened, OutputFunctionCall)
         if call.function.arguments:
@@ -466,14 +471,12 @@ class ResponsesStream:
 
     def _custom_delta(self, call: CustomToolCallDelta) -> list[ResponseEvent]:
         """A custom tool's call: opened by its first delta (id and name), grown by its input."""
-        out: list[ResponseEvent] = []
-        if self._open is None or self._open[1] != call.index:
-            item = OutputCustomToolCall(
+        out, index = self._call_item(
+            call.index,
+            lambda: OutputCustomToolCall(
                 id=new_id("ctc"), call_id=call.id or "", name=call.custom.name or "", input="", status="in_progress"
-            )
-            out += self._start(item, call.index)
-        assert self._open is not None
-        index = self._open[0]
+            ),
+        )
         opened = self.output[index]
         assert isinstance(opened, OutputCustomToolCall)
         if call.custom.input:
