@@ -69,31 +69,37 @@ class ReasoningMarkers:
         return ReasoningStream(self, _answering=not thinking)
 
 
+#: vLLM parsers that find their markers spelled in several tokens, by the markers they read. A
+#: parser that looks for its end marker as one token (``qwen3`` and the other engine parsers) runs
+#: as the one here with the same markers on a vocabulary that spells them in pieces: the same text
+#: then splits the same way, and the engine sees the thinking end.
+_SPELLED_IN_PIECES = {("<think>", "</think>"): "olmo3"}
+
+
 @dataclass(frozen=True)
 class ReasoningParser:
     """vLLM's reasoning parser ``name`` as tokenmold uses it: its markers split the text, and its
     own token-level test says whether a prompt has ended the thinking already (a template that
     writes an empty thinking block when ``enable_thinking`` is false), the test vLLM's engine
     makes before it starts the grammar; the request hands the engine that answer
-    (``reasoning_ended``), so that the engine and the split agree."""
+    (``reasoning_ended``), so that the engine and the split agree. ``engine_name`` is the parser
+    the engine runs: ``name``, or the parser that reads the same markers in pieces (``note`` says
+    so) where this vocabulary has no single token for them."""
 
     name: str
     markers: ReasoningMarkers
     parser: Any
+    engine_name: str
+    note: str | None = None
 
     @classmethod
     def load(cls, name: str, tokenizer: Any) -> ReasoningParser:
         """vLLM's parser ``name`` for ``tokenizer``; a ``ValueError`` names what is wrong: an
         unknown parser, markers not in the vocabulary, or markers the parser finds only as single
-        tokens that this vocabulary spells in several (vLLM's ``qwen3`` parser looks for the one
-        token ``</think>``; on a vocabulary without it the engine would never see the thinking end,
-        and would leave the answer unconstrained)."""
-        from vllm.reasoning import ReasoningParserManager
-
-        try:
-            parser = ReasoningParserManager.get_reasoning_parser(name)(tokenizer)
-        except (KeyError, RuntimeError) as exc:
-            raise ValueError(f"reasoning parser {name!r}: {exc.args[0] if exc.args else exc}") from None
+        tokens that this vocabulary spells in several, with no parser reading them in pieces
+        (on such a vocabulary the engine would never see the thinking end and would leave the
+        answer unconstrained)."""
+        parser = _vllm_parser(name, tokenizer)
         if not parser.reasoning_end_str:
             raise ValueError(
                 f"the reasoning parser {name!r} cannot apply on tokenmold: it has no end marker to split the answer"
@@ -102,14 +108,21 @@ class ReasoningParser:
             )
         markers = ReasoningMarkers(end=parser.reasoning_end_str, start=parser.reasoning_start_str)
         probe = tokenizer.encode(f"{markers.start or ''}Thinking.{markers.end}", add_special_tokens=False)
-        if not parser.is_reasoning_end(probe):
-            spelled = len(tokenizer.encode(markers.end, add_special_tokens=False))
+        if parser.is_reasoning_end(probe):
+            return cls(name=name, markers=markers, parser=parser, engine_name=name)
+        spelled = len(tokenizer.encode(markers.end, add_special_tokens=False))
+        twin = _SPELLED_IN_PIECES.get((markers.start or "", markers.end))
+        if twin is None or twin == name:
             raise ValueError(
                 f"the reasoning parser {name!r} does not see its end marker {markers.end!r} in this model's "
                 f"tokens (the vocabulary spells it in {spelled} tokens), so the engine would never start "
                 "the answer's grammar; olmo3 finds '</think>' spelled in several tokens"
             )
-        return cls(name=name, markers=markers, parser=parser)
+        note = (
+            f"reasoning parser {name!r}: this vocabulary spells {markers.end!r} in {spelled} tokens, which "
+            f"{name!r} reads only as one; the engine runs vLLM's {twin!r}, which reads the same markers in pieces"
+        )
+        return cls(name=name, markers=markers, parser=_vllm_parser(twin, tokenizer), engine_name=twin, note=note)
 
     def thinks_after(self, prompt_ids: Sequence[int]) -> bool:
         """Whether the output starts with thinking (the prompt has not ended it already)."""
@@ -151,3 +164,13 @@ def _partial_suffix(text: str, marker: str) -> int:
         if marker.startswith(text[-size:]):
             return size
     return 0
+
+
+def _vllm_parser(name: str, tokenizer: Any) -> Any:
+    """vLLM's reasoning parser ``name`` for ``tokenizer`` (a ``ValueError`` for an unknown one)."""
+    from vllm.reasoning import ReasoningParserManager
+
+    try:
+        return ReasoningParserManager.get_reasoning_parser(name)(tokenizer)
+    except (KeyError, RuntimeError) as exc:
+        raise ValueError(f"reasoning parser {name!r}: {exc.args[0] if exc.args else exc}") from None

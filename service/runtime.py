@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
@@ -204,6 +204,9 @@ class Runtime:
         #: Resolved first, so that an unusable parser is refused before anything starts.
         parser = config.engine.reasoning_parser
         self.reasoning = ReasoningParser.load(parser, self.model.tokenizer) if parser else None
+        if self.reasoning is not None and self.reasoning.engine_name != parser:
+            # The engine runs the parser that sees this vocabulary's markers (``ReasoningParser``).
+            self.config = replace(config, engine=replace(config.engine, reasoning_parser=self.reasoning.engine_name))
         vocab = Vocabulary(
             self.model.tokenizer, vocab_size=self.model.vocab_size, stop_token_ids=self.model.stop_token_ids
         )

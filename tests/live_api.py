@@ -39,10 +39,15 @@ ENGINE_FLAGS = (
 )  # fmt: skip
 
 
-#: The reasoning server's flags (a thinking model's parser, request chat templates). It serves
-#: ``test_reasoning_e2e.py``, then ``test_faults.py`` kills its engine: one engine start, not two.
+#: A chat template that opens a thinking block at the start of the assistant turn: SmolLM2's own
+#: plus ``<think>``.
+THINKING_TEMPLATE = Path(__file__).parent / "fixtures" / "chat_templates" / "smollm2_thinking.jinja"
+#: The reasoning server's flags (a thinking model's parser and template, request chat templates).
+#: It serves ``test_reasoning_e2e.py``, then ``test_faults.py`` kills its engine: one engine start,
+#: not two.
 REASONING_SERVER = (
-    "--reasoning-parser", "olmo3",
+    "--reasoning-parser", "qwen3",
+    "--chat-template", str(THINKING_TEMPLATE),
     "--trust-request-chat-template",
     "--max-model-len", "1024",
     "--log-level", "warning",

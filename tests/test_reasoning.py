@@ -33,11 +33,22 @@ def tokenizer(model_path: str):
     return ModelInfo.load(model_path).tokenizer
 
 
-def test_qwen3_is_refused_where_the_vocabulary_spells_its_marker_in_pieces(tokenizer) -> None:
+def test_qwen3_runs_as_olmo3_where_the_vocabulary_spells_its_marker_in_pieces(tokenizer) -> None:
     """vLLM's qwen3 parser looks for ``</think>`` as one token; SmolLM2 spells it in three, so the
-    engine would never start the answer's grammar: refused at start-up, naming the one that works."""
-    with pytest.raises(ValueError, match=r"'qwen3'.*3 tokens.*olmo3"):
-        ReasoningParser.load("qwen3", tokenizer)
+    engine runs olmo3, which reads the same markers in pieces, and says so."""
+    parser = ReasoningParser.load("qwen3", tokenizer)
+    assert (parser.name, parser.engine_name) == ("qwen3", "olmo3")
+    assert parser.note is not None and "3 tokens" in parser.note and "olmo3" in parser.note
+    assert (parser.markers.start, parser.markers.end) == ("<think>", "</think>")
+    turn = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert parser.thinks_after(tokenizer.encode(turn + "<think>\n"))
+    assert not parser.thinks_after(tokenizer.encode(turn + "<think>\n\n</think>\n\n"))
+
+
+def test_a_parser_with_no_twin_for_its_markers_is_refused(tokenizer) -> None:
+    """A parser whose markers no other parser reads in pieces is refused at start-up, naming why."""
+    with pytest.raises(ValueError, match=r"seed_oss.*does not see its end marker .</seed:think>. .*5 tokens"):
+        ReasoningParser.load("seed_oss", tokenizer)
 
 
 def test_olmo3_sees_the_thinking_open_or_closed_by_the_prompt(tokenizer) -> None:

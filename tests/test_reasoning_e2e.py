@@ -1,11 +1,12 @@
 """A reasoning model end to end: free thinking, then a masked and validated answer.
 
 The embedded SmolLM2 does not think on its own; a chat template that opens a thinking block at the
-start of the assistant turn (``fixtures/chat_templates/smollm2_thinking.jinja``, sent as the
-request's ``chat_template``) makes it. Its vocabulary has no ``</think>`` token, so vLLM's ``qwen3``
-parser would never see the thinking end (tokenmold refuses it: tests/test_reasoning.py); ``olmo3``
-reads the same markers spelled in three tokens. ``thinking_token_budget`` is what ends the
-thinking here: SmolLM2 would go on thinking until ``max_tokens``, as the last test shows.
+start of the assistant turn (``fixtures/chat_templates/smollm2_thinking.jinja``, the server's
+``--chat-template``; one test sends it as the request's ``chat_template``) makes it. The server
+runs ``--reasoning-parser qwen3``; the vocabulary has no ``</think>`` token, so the engine runs
+vLLM's ``olmo3``, which reads the same markers spelled in three tokens (tests/test_reasoning.py).
+``thinking_token_budget`` is what ends the thinking here: SmolLM2 would go on thinking until
+``max_tokens``, as the last test shows.
 
 The server of its own (``--reasoning-parser`` is an engine flag: vLLM's structured-output manager
 and its thinking budget are set up per engine) starts in the background (``early.py``); the fault
@@ -15,17 +16,16 @@ tests kill its engine afterwards.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import openai
 import pytest
 from early import EarlyWork
-from live_api import KEY, MODEL, REASONING_SERVER, TOOLS, WEATHER_PARAMS, WEATHER_QUESTION
+from live_api import KEY, MODEL, REASONING_SERVER, THINKING_TEMPLATE, TOOLS, WEATHER_PARAMS, WEATHER_QUESTION
 from openai.types.responses import ResponseOutputMessage, ResponseReasoningItem
 
-TEMPLATE = (Path(__file__).parent / "fixtures" / "chat_templates" / "smollm2_thinking.jinja").read_text()
+TEMPLATE = THINKING_TEMPLATE.read_text()
 BUDGET = 16
 #: The tokens of ``</think>`` in the embedded vocabulary (``</``, ``think``, ``>``); the thinking
 #: count includes the marker the engine forces.
@@ -41,7 +41,7 @@ ANIMAL = {
 }
 QUESTION = "Name an animal and its number of legs, as JSON."
 FORMAT = {"type": "json_schema", "json_schema": {"name": "animal", "schema": ANIMAL, "strict": True}}
-THINKING = {"chat_template": TEMPLATE, "thinking_token_budget": BUDGET}
+THINKING = {"thinking_token_budget": BUDGET}
 
 
 def early(work: EarlyWork) -> None:
@@ -176,7 +176,7 @@ def test_reasoning_effort_none_answers_without_thinking(client: openai.OpenAI) -
     """The template writes an empty thinking block for ``enable_thinking: false`` (what
     ``reasoning_effort: none`` becomes): the prompt has ended the thinking, the grammar holds from
     the first token and nothing is reasoning."""
-    completion = _chat(client, {"chat_template": TEMPLATE}, reasoning_effort="none")
+    completion = _chat(client, {}, reasoning_effort="none")
     message = completion.choices[0].message
     assert not (message.model_extra or {}).get("reasoning")
     jsonschema.validate(json.loads(message.content), ANIMAL)
@@ -186,7 +186,7 @@ def test_reasoning_effort_none_answers_without_thinking(client: openai.OpenAI) -
 @pytest.mark.engine
 def test_without_a_budget_the_thinking_takes_every_token(client: openai.OpenAI) -> None:
     """What the budget prevents: SmolLM2 thinks on to ``max_tokens``; nothing is left to answer."""
-    completion = _chat(client, {"chat_template": TEMPLATE}, max_tokens=32)
+    completion = _chat(client, {}, max_tokens=32)
     choice = completion.choices[0]
     assert choice.finish_reason == "length" and not choice.message.content
     assert completion.usage is not None and completion.usage.completion_tokens_details is not None

@@ -97,6 +97,8 @@ def serve(args: argparse.Namespace) -> int:
             budget_floor=args.budget_floor,
         )
     )
+    if runtime.reasoning is not None and runtime.reasoning.note:
+        print(f"tokenmold: note: {runtime.reasoning.note}", file=sys.stderr)
     settings = ServerSettings(
         model_name=args.served_model_name or Path(runtime.model.path).name,
         api_key=args.api_key,
