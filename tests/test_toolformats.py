@@ -159,6 +159,20 @@ def test_the_grammar_writes_calls_in_the_family_syntax(name, inline) -> None:
     assert parsed(fmt, f"Let me check. {both}") == CALLS
 
 
+@pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
+def test_both_backends_lay_arguments_out_as_json_dumps_writes_them(vocab, backend) -> None:
+    """Arguments as models write them (``{"a": 1, "b": 20}``), the layout ``render_calls`` writes;
+    compact arguments are refused, so both backends hold the one layout budget fitting plans."""
+    compiled = ShapeCompiler(vocab, isolation="inline", backend=backend).compile(
+        Shape.from_tools(TOOLS, required=True, parallel=True)
+    )
+    assert compiled.engine_spec.backend == backend
+    both = HERMES.render_calls(CALLS)
+    assert '"arguments": {"a": 1, "b": 20}}' in both
+    assert compiled.accepts(both)
+    assert not compiled.accepts(both.replace('{"a": 1, "b": 20}', '{"a":1,"b":20}'))
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_tool_answer_returns_openai_calls_in_each_format(name) -> None:
     fmt = FORMATS[name]

@@ -1,0 +1,39 @@
+"""How the grammars lay out the JSON they generate: the text between items and between a key and
+its value, one fixed choice per kind of value, never free whitespace.
+
+Answers to a JSON Schema are compact (``{"a":1,"b":[1,2]}``): the fewest tokens, and what the
+output budget's floor and budget fitting price. Tool-call arguments are laid out as ``json.dumps``
+writes them by default (``{"a": 1, "b": [1, 2]}``), as chat models write (and were trained on) tool
+calls and as vLLM's own server writes them: forcing compact arguments on a model moves it off its
+distribution, which costs it correct calls. The grammar, the calls rendered back into a prompt and
+the budget-fitting plan all take the layout from here, so the plan is what the grammar accepts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+
+class JsonLayout(NamedTuple):
+    """The separators of a fixed JSON layout."""
+
+    #: Between two items of an array or two members of an object.
+    item: str
+    #: Between a member's key and its value.
+    key: str
+
+    def dumps(self, value: Any) -> str:
+        """``value`` written in this layout (non-ASCII characters as they are)."""
+        return json.dumps(value, separators=self, ensure_ascii=False)
+
+    @property
+    def x_guidance(self) -> dict[str, Any]:
+        """llguidance's JSON options (the ``x-guidance`` key of a schema) for this layout."""
+        return {"whitespace_flexible": False, "item_separator": self.item, "key_separator": self.key}
+
+
+#: JSON answers: no whitespace at all.
+COMPACT = JsonLayout(",", ":")
+#: Tool-call arguments: ``json.dumps``' default separators.
+ARGUMENTS = JsonLayout(", ", ": ")
