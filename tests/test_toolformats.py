@@ -173,6 +173,22 @@ def test_both_backends_lay_arguments_out_as_json_dumps_writes_them(vocab, backen
     assert not compiled.accepts(both.replace('{"a": 1, "b": 20}', '{"a":1,"b":20}'))
 
 
+@pytest.mark.parametrize("between", ["", "\n", "\n\n "])
+def test_hermes_calls_parse_with_nothing_or_whitespace_between_them(between) -> None:
+    """The grammar puts nothing between parallel calls (as vLLM's hermes tag); a model that writes
+    whitespace there (``tool_choice: auto``) is read the same, whole and streamed."""
+    first, second = HERMES.render_calls(CALLS[:1]), HERMES.render_calls(CALLS[1:])
+    text = first + between + second
+    assert HERMES.render_calls(CALLS) == first + second
+    assert parsed(HERMES, text) == CALLS
+    stream = HERMES.stream()
+    pieces = [piece for char in text for piece in stream.feed(char).calls]
+    names = [p.name for p in pieces if p.name]
+    streamed = ["".join(p.arguments for p in pieces if p.index == i) for i in range(2)]
+    assert names == ["get_weather", "add"]
+    assert [json.loads(a) for a in streamed] == [arguments for _, arguments in CALLS]
+
+
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_tool_answer_returns_openai_calls_in_each_format(name) -> None:
     fmt = FORMATS[name]
