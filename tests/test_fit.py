@@ -20,6 +20,7 @@ from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Tracker
+from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.service.repetition import RepetitionGuard
 
 PERSON = {
@@ -214,7 +215,7 @@ def test_fitted_random_walks_of_tool_calls_end_as_valid_calls(vocab, table) -> N
     ]
     for parallel in (False, True):
         compiled = ShapeCompiler(vocab, isolation="inline").compile(
-            Shape.from_tools(tools, required=True, parallel=parallel)
+            Shape.from_tools(tools, required=True, parallel=parallel, arguments_layout=ARGUMENTS)
         )
         fitting = Fitting(_fit_target(compiled), table)
         for budget in (40, 60):
@@ -271,7 +272,7 @@ REPLY = {"type": "object", "properties": {"answer": {"type": "string"}}, "requir
 def _auto(vocab, *, answer: dict | None = None, parallel: bool = True):
     from tokenmold.grammar.tools import Tool
 
-    shape = Shape.from_tools([Tool("get_weather", CITY)], required=False, parallel=parallel)
+    shape = Shape.from_tools([Tool("get_weather", CITY)], required=False, parallel=parallel, arguments_layout=ARGUMENTS)
     if answer is not None:
         shape = Shape(shape.kind, replace(shape.source, answer=answer))
     return ShapeCompiler(vocab, isolation="inline").compile(shape)
@@ -319,7 +320,7 @@ def test_arguments_are_planned_in_the_layout_the_grammar_writes(vocab) -> None:
     from tokenmold.service.fit import _fit_target
 
     compiled = ShapeCompiler(vocab, isolation="inline").compile(
-        Shape.from_tools([Tool("add", NESTED)], required=True, parallel=True)
+        Shape.from_tools([Tool("add", NESTED)], required=True, parallel=True, arguments_layout=ARGUMENTS)
     )
     schema = FitSchema(_fit_target(compiled))
     call = HERMES.render_calls([("add", {"items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 0}], "total": 1})])
@@ -337,7 +338,9 @@ def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -
     from tokenmold.service.errors import RequestError
     from tokenmold.service.fit import _fit_target
 
-    shape = Shape.from_tools([Tool("f", CITY)], required=False, parallel=True, tool_format=FORMATS["llama3"])
+    shape = Shape.from_tools(
+        [Tool("f", CITY)], required=False, parallel=True, tool_format=FORMATS["llama3"], arguments_layout=ARGUMENTS
+    )
     compiled = ShapeCompiler(vocab, isolation="inline").compile(Shape(shape.kind, replace(shape.source, answer=REPLY)))
     with pytest.raises(RequestError, match="cannot begin like a JSON answer"):
         _fit_target(compiled)

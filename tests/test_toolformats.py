@@ -15,6 +15,7 @@ from tokenmold.grammar.toolformats import FORMATS, HERMES, ToolFormat, detect_to
 from tokenmold.grammar.tools import Tool, ToolCalls
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
+from tokenmold.service.fit import fitted_layout
 from tokenmold.service.tools import chat_messages, tool_answer
 from tokenmold.service.validation import check_tool_calls
 
@@ -160,15 +161,29 @@ def test_the_grammar_writes_calls_in_the_family_syntax(name, inline) -> None:
 
 
 @pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
-def test_both_backends_lay_arguments_out_as_json_dumps_writes_them(vocab, backend) -> None:
-    """Arguments as models write them (``{"a": 1, "b": 20}``), the layout ``render_calls`` writes;
-    compact arguments are refused, so both backends hold the one layout budget fitting plans."""
+def test_arguments_are_laid_out_as_the_model_writes_them(vocab, backend) -> None:
+    """Without budget fitting the model lays its arguments out as it likes (``{"a": 1, "b": 20}``,
+    compact, one member per line), as vLLM's JSON grammar lets it."""
     compiled = ShapeCompiler(vocab, isolation="inline", backend=backend).compile(
         Shape.from_tools(TOOLS, required=True, parallel=True)
     )
     assert compiled.engine_spec.backend == backend
     both = HERMES.render_calls(CALLS)
     assert '"arguments": {"a": 1, "b": 20}}' in both
+    assert compiled.accepts(both)
+    assert compiled.accepts(both.replace('{"a": 1, "b": 20}', '{"a":1,"b":20}'))
+    if backend == "llguidance":  # xgrammar's whitespace is bounded (``max_whitespace``)
+        assert compiled.accepts(both.replace('{"a": 1, "b": 20}', '{\n    "a": 1,\n    "b": 20\n}'))
+
+
+@pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
+def test_fitted_arguments_hold_the_layout_json_dumps_writes(vocab, backend) -> None:
+    """Under budget fitting the arguments hold one layout, the one its plan prices: compact ones
+    are refused, by both backends."""
+    compiled = ShapeCompiler(vocab, isolation="inline", backend=backend).compile(
+        fitted_layout(Shape.from_tools(TOOLS, required=True, parallel=True))
+    )
+    both = HERMES.render_calls(CALLS)
     assert compiled.accepts(both)
     assert not compiled.accepts(both.replace('{"a": 1, "b": 20}', '{"a":1,"b":20}'))
 

@@ -22,7 +22,7 @@ import xgrammar as xgr
 
 from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
-from tokenmold.grammar.json_layout import ARGUMENTS, COMPACT, JsonLayout
+from tokenmold.grammar.json_layout import COMPACT, JsonLayout
 from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ class XGrammarBackend(Backend):
                             tool.parameters,
                             replace(options, strict_properties=tool.strict),
                             pointer=f"/tools/{i}/parameters",
-                            layout=ARGUMENTS,
+                            layout=calls.arguments_layout,
                         )
                     ),
                 },
@@ -279,7 +279,7 @@ def _json_grammar(
     """A JSON Schema as an xgrammar grammar, with tokenmold's whitespace and strictness choices
     (what only llguidance enforces folded: xgrammar has no key patterns and takes one string
     constraint). ``layout`` fixes the layout whatever ``options.max_whitespace`` says (tool calls'
-    arguments, as the llguidance backend writes them: ``json_layout``)."""
+    arguments under budget fitting, as the llguidance backend writes them: ``json_layout``)."""
     free = options.max_whitespace > 0 and layout is None
     layout = layout or COMPACT
     try:
