@@ -19,7 +19,6 @@ text of the same length might tokenize one or two tokens shorter.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from tokenmold.grammar.fit.patterns import Unplannable, string_rule
+from tokenmold.grammar.json_layout import COMPACT, JsonLayout
 from tokenmold.grammar.json_pointer import read_token
 
 #: Depth at which a ``$ref`` chain is taken as a cycle (its part counts as nothing).
@@ -107,19 +107,18 @@ def output_floor(schema: dict[str, Any] | bool, vocab: Spellings) -> OutputFloor
         instance = _Shortest(schema).instance(schema, 0)
     except _Unknown:
         return None
-    text = json.dumps(instance, separators=(",", ":"), ensure_ascii=False)
-    return OutputFloor(text, vocab)
+    return OutputFloor(COMPACT.dumps(instance), vocab)
 
 
-def shortest_text(root: dict[str, Any] | bool, schema: Any) -> str | None:
-    """Compact JSON of one shortest instance of ``schema``, a subschema of ``root`` (whose ``$ref``s
-    it follows), or ``None`` where none can be built (the budget-fitting tracker prices a value not
-    yet written with it)."""
+def shortest_text(root: dict[str, Any] | bool, schema: Any, layout: JsonLayout = COMPACT) -> str | None:
+    """One shortest instance of ``schema``, a subschema of ``root`` (whose ``$ref``s it follows),
+    written in ``layout`` (the grammar's for the value), or ``None`` where none can be built (the
+    budget-fitting tracker prices a value not yet written with it)."""
     try:
-        instance = _Shortest(root).instance(schema, 0)
+        instance = _Shortest(root, layout).instance(schema, 0)
     except _Unknown:
         return None
-    return json.dumps(instance, separators=(",", ":"), ensure_ascii=False)
+    return layout.dumps(instance)
 
 
 def fewest_tokens(data: bytes, vocab: Spellings) -> int:
@@ -147,8 +146,9 @@ class _Shortest:
     is being built is a ``$ref`` cycle: that path counts as unknowable, and what was built above it
     is not memoized (reached another way, it may be knowable)."""
 
-    def __init__(self, root: dict[str, Any] | bool) -> None:
+    def __init__(self, root: dict[str, Any] | bool, layout: JsonLayout = COMPACT) -> None:
         self.root = root
+        self.layout = layout  # the shortest of several instances is the shortest written so
         self._memo: dict[int, tuple[bool, Any]] = {}
         self._active: set[int] = set()
         self._cycles = 0
@@ -188,10 +188,10 @@ class _Shortest:
         if "const" in schema:
             return schema["const"]
         if "enum" in schema:
-            return _shortest(list(schema["enum"]))
+            return self._shortest(list(schema["enum"]))
         for keyword in ("anyOf", "oneOf"):
             if keyword in schema:
-                return _shortest(self._branches(schema[keyword], depth))
+                return self._shortest(self._branches(schema[keyword], depth))
         if "allOf" in schema:
             raise _Unknown("allOf")
         types = schema.get("type")
@@ -205,7 +205,12 @@ class _Shortest:
                 continue
         if not candidates:
             raise _Unknown("no type")
-        return _shortest(candidates)
+        return self._shortest(candidates)
+
+    def _shortest(self, values: list[Any]) -> Any:
+        if not values:
+            raise _Unknown("empty enum")
+        return min(values, key=lambda v: len(self.layout.dumps(v)))
 
     def _branches(self, branches: list[Any], depth: int) -> list[Any]:
         found = []
@@ -315,9 +320,3 @@ def _smallest_number(schema: dict[str, Any]) -> int | float:
             value -= step
         return value
     return 0
-
-
-def _shortest(values: list[Any]) -> Any:
-    if not values:
-        raise _Unknown("empty enum")
-    return min(values, key=lambda v: len(json.dumps(v, separators=(",", ":"), ensure_ascii=False)))

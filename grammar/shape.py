@@ -19,6 +19,7 @@ import orjson
 
 from tokenmold.grammar.dialect import Dialect, grammar_dialect
 from tokenmold.grammar.errors import SchemaError, ShapeError
+from tokenmold.grammar.json_layout import JsonLayout
 from tokenmold.grammar.structural_tag import read_structural_tag
 from tokenmold.grammar.toolformats import HERMES, ToolFormat
 from tokenmold.grammar.tools import Tool, ToolCalls
@@ -119,10 +120,12 @@ class Shape:
         tool_format: ToolFormat = HERMES,
         answer: dict[str, Any] | bool | None = None,
         answer_strict: bool = False,
+        arguments_layout: JsonLayout | None = None,
     ) -> Shape:
         """Tool calls written in ``tool_format`` (``tokenmold.grammar.toolformats``): with
         ``required``, one call or more (``parallel``) and nothing else; without, free text in which
-        calls may appear, or with an ``answer`` schema, calls or one JSON value of that schema."""
+        calls may appear, or with an ``answer`` schema, calls or one JSON value of that schema;
+        ``arguments_layout`` (``ToolCalls``): the arguments as the model writes them, or one layout."""
         calls = ToolCalls(
             tuple(tools),
             required=required,
@@ -130,6 +133,7 @@ class Shape:
             tool_format=tool_format,
             answer=answer,
             answer_strict=answer_strict,
+            arguments_layout=arguments_layout,
         )
         return cls(ShapeKind.TOOLS, calls)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tokenmold.grammar.errors import ShapeError
+from tokenmold.grammar.json_layout import JsonLayout
 from tokenmold.grammar.toolformats import HERMES, ToolFormat
 
 #: OpenAI's rule for function names; also keeps names safe inside the tag format.
@@ -59,6 +60,9 @@ class ToolCalls:
         ``required`` (a required call leaves no room for an answer).
     answer_strict:
         OpenAI's strict semantics for ``answer``.
+    arguments_layout:
+        How the arguments are laid out (``tokenmold.grammar.json_layout``): ``None``, as the model
+        writes them; one fixed layout where budget fitting plans the calls.
     """
 
     tools: tuple[Tool, ...]
@@ -67,6 +71,7 @@ class ToolCalls:
     tool_format: ToolFormat = HERMES
     answer: dict[str, Any] | bool | None = None
     answer_strict: bool = False
+    arguments_layout: JsonLayout | None = None
 
     def __post_init__(self) -> None:
         if not self.tools:
@@ -89,4 +94,5 @@ class ToolCalls:
             "parallel": self.parallel,
             "format": self.tool_format.name,
             **({"answer": self.answer, "answer_strict": self.answer_strict} if self.answer is not None else {}),
+            **({"arguments_layout": list(self.arguments_layout)} if self.arguments_layout is not None else {}),
         }

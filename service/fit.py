@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from functools import cached_property
 from typing import Any
 
-from tokenmold.grammar import CompiledShape, Vocabulary
+from tokenmold.grammar import CompiledShape, Shape, ShapeKind, Vocabulary
 from tokenmold.grammar.backends.base import EngineSpec, FitRequest
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceCompiled
 from tokenmold.grammar.fit.coverage import first_gap
@@ -23,6 +24,7 @@ from tokenmold.grammar.fit.fitter import Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import CallLayout, first_byte_kinds
 from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
+from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.service.errors import FitUnplannable, RequestError
 from tokenmold.service.repetition import RepetitionGuard
@@ -109,6 +111,14 @@ class BudgetFitting:
             return found
 
 
+def fitted_layout(shape: Shape) -> Shape:
+    """``shape`` as budget fitting generates it: tool-call arguments, which the model otherwise
+    lays out as it likes, in the one layout the plan prices (``json_layout.ARGUMENTS``)."""
+    if shape.kind is not ShapeKind.TOOLS or shape.source.arguments_layout is not None:
+        return shape
+    return replace(shape, source=replace(shape.source, arguments_layout=ARGUMENTS))
+
+
 def _fit_target(compiled: CompiledShape | None) -> Any:
     """What the fitting tracker follows: the normalized schema, or tool calls' layout and their
     normalized parameters; a 400 naming ``budget`` where there is nothing it can follow."""
@@ -131,6 +141,12 @@ def _calls_layout(calls: ToolCalls) -> Any:
     byte. A 400 naming ``budget`` for a layout the tracker cannot follow."""
     syntax = calls.tool_format.syntax
     begins = tuple(syntax.begin(tool.name).encode() for tool in calls.tools)
+    if calls.arguments_layout is None:
+        raise RequestError(
+            "budget 'fit' with tools needs the arguments in one layout: compile the shape for fitting "
+            "(tokenmold.service.fit.fitted_layout)",
+            param="budget",
+        )
     if calls.tool_format.control_tokens:
         raise RequestError(
             f"budget 'fit' with tools needs a tool-call format written in text ({calls.tool_format.name} uses "
@@ -152,6 +168,7 @@ def _calls_layout(calls: ToolCalls) -> Any:
         parallel=calls.parallel,
         trigger=syntax.trigger.encode() if not calls.required and calls.answer is None else b"",
         answer=calls.answer is not None,
+        arguments=calls.arguments_layout,
     )
     return layout.to_json([tool.parameters for tool in calls.tools], calls.answer)
 

@@ -7,11 +7,14 @@ stop it: every repeat is a valid call. vLLM's own server has no such rule either
 return whatever was written.
 
 The guard runs in the engine beside the tool grammar (``vllm_plugin``, ``grammar_chain.beside``),
-so no token is spent past the repeat: it follows the accepted tokens' text and, once a call closes
-that is identical to an earlier call of the same output (same name, same arguments as parsed
-JSON: ``toolformats.first_repeat``), it keeps in every following row only the rest of the call
-section (formats that wrap their calls in one, e.g. Mistral's ``]``) and then the end of
-sequence. The service then drops the repeat: the calls before it are the answer
+so no token is spent past the repeat: it follows the accepted tokens' text and, as soon as the
+arguments of a call identical to an earlier call of the same output have closed (same name, same
+arguments as parsed JSON: ``toolformats.first_repeat``), it keeps in every following row only the
+rest of the call's end and of the call section (formats that wrap their calls in one, e.g.
+Mistral's ``]``), token by token, and then the end of sequence. It acts before the call's end is
+written, not after: a token may finish the end and begin the next call at once (``><`` after
+``</tool_call``, where calls follow each other with nothing between them), and the end of
+sequence could then no longer follow. The service then drops the repeat: the calls before it are the answer
 (``finish_reason: "tool_calls"``), and the verdict says ``stop_reason: "repeated_call"``
 (``service/validation.py``). Streaming holds a call back while it could still be a repeat
 (``ToolCallStream``), so the repeat is never sent.
@@ -54,32 +57,44 @@ class RepeatedCallGuard:
     #: The end-of-sequence tokens.
     eos: tuple[int, ...]
     text: bytearray = field(default_factory=bytearray)
-    #: Set once a repeat closed: the bytes written after it (the rest of the call section).
-    after: bytearray | None = None
+    #: Set once a repeat's arguments closed: the bytes still to write (the rest of the call's end
+    #: and of the call section) before the end of sequence.
+    rest: bytes | None = None
 
     def feed(self, tokens: list[int]) -> None:
         data = self.decode(tokens)
-        if self.after is not None:
-            self.after += data
+        if self.rest is not None:
+            self.rest = self.rest[len(data) :] if self.rest.startswith(data) else b""
             return
         self.text += data
-        end = self.tool_format.syntax.call_end.encode()
-        if end and bytes(self.text[-len(end) - len(data) :]).find(end) >= 0:
-            if ends_with_repeat(self.tool_format, self.text.decode("utf-8", errors="replace")):
-                self.after = bytearray()
+        self.rest = self._rest_of_repeat()
+
+    def _rest_of_repeat(self) -> bytes | None:
+        """What is left to write where the text ends within the end of a call that repeats an
+        earlier one, right after its arguments included; ``None`` elsewhere. Tried only where the
+        text ends with the arguments' ``}`` or with a beginning of the call's end text."""
+        syntax = self.tool_format.syntax
+        end, section_end = syntax.call_end.encode(), syntax.section_end.encode()
+        text = bytes(self.text)
+        for written in range(min(len(end), len(text)), -1, -1):
+            if not text.endswith(end[:written]) or (not written and not text.endswith(b"}")):
+                continue
+            closed = (text + end[written:]).decode("utf-8", errors="replace")
+            if ends_with_repeat(self.tool_format, closed):
+                return end[written:] + section_end
+        return None
 
     @property
     def repeated(self) -> bool:
-        return self.after is not None
+        return self.rest is not None
 
     def restrict(self, words: np.ndarray) -> None:
-        """After a repeat: only the next token of the call section's end, then the end of sequence
-        (whichever of them the grammar allows; the row stands if it allows none)."""
-        if self.after is None:
+        """After a repeat's arguments: only the next token of what is left of the call's and the
+        section's end, then the end of sequence (whichever of them the grammar allows; the row
+        stands if it allows none)."""
+        if self.rest is None:
             return
-        section_end = self.tool_format.syntax.section_end.encode()
-        rest = section_end[len(self.after) :] if section_end.startswith(bytes(self.after)) else b""
-        wanted = self.spell(rest)[:1] if rest else list(self.eos)
+        wanted = self.spell(self.rest)[:1] if self.rest else list(self.eos)
         tokens = np.asarray(wanted, dtype=np.int64)
         if not len(tokens):
             return

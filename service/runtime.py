@@ -22,7 +22,7 @@ from tokenmold.service.budget_check import check_budget, request_budget
 from tokenmold.service.engine import Engine, EngineConfig
 from tokenmold.service.environment import configure_environment
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
-from tokenmold.service.fit import BudgetFitting
+from tokenmold.service.fit import BudgetFitting, fitted_layout
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.model_home import resolve_model
 from tokenmold.service.model_info import ModelInfo
@@ -241,9 +241,12 @@ class Runtime:
             raise EngineUnavailable("the engine is not started")
         return self._engine
 
-    async def compile(self, shape: Shape, options: CompileOptions = CompileOptions()) -> CompiledShape:
-        """Compile off the event loop: a slow compile blocks only its own request."""
-        return await asyncio.to_thread(self.compiler.compile, shape, options)
+    async def compile(
+        self, shape: Shape, options: CompileOptions = CompileOptions(), *, fit: bool = False
+    ) -> CompiledShape:
+        """Compile off the event loop: a slow compile blocks only its own request. ``fit``: for a
+        ``budget: "fit"`` request (tool-call arguments then hold the layout its plan prices)."""
+        return await asyncio.to_thread(self.compiler.compile, fitted_layout(shape) if fit else shape, options)
 
     @property
     def engine_dead(self) -> bool:
@@ -448,13 +451,13 @@ class Runtime:
     ) -> _Prepared:
         """The compiled shape, the prompt's token ids, the forced prefix the engine gets as prompt
         (if any), the engine's sampling parameters and, with budget fitting, the spec it got."""
-        compiled = await self.compile(shape, options) if isinstance(shape, Shape) else shape
+        fit = sampling.budget == "fit"
+        compiled = await self.compile(shape, options, fit=fit) if isinstance(shape, Shape) else shape
         # The guard reads outputs as they grow: the engine sends deltas even to a non-streaming call.
         stream = stream or (self._loop_watch(compiled) is not None and sampling.budget != "fit")
         prompt_ids = self.prompt_ids(prompt)
         thinking = self._thinking(prompt_ids, sampling)
         room = self.engine.room(prompt_ids)
-        fit = sampling.budget == "fit"
         if self.config.budget_floor:
             floor = compiled.output_floor if compiled is not None else None
             if floor is not None and floor.size + fit > request_budget(sampling, room):

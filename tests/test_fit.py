@@ -20,6 +20,7 @@ from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
 from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Tracker
+from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.service.repetition import RepetitionGuard
 
 PERSON = {
@@ -214,7 +215,7 @@ def test_fitted_random_walks_of_tool_calls_end_as_valid_calls(vocab, table) -> N
     ]
     for parallel in (False, True):
         compiled = ShapeCompiler(vocab, isolation="inline").compile(
-            Shape.from_tools(tools, required=True, parallel=parallel)
+            Shape.from_tools(tools, required=True, parallel=parallel, arguments_layout=ARGUMENTS)
         )
         fitting = Fitting(_fit_target(compiled), table)
         for budget in (40, 60):
@@ -271,7 +272,7 @@ REPLY = {"type": "object", "properties": {"answer": {"type": "string"}}, "requir
 def _auto(vocab, *, answer: dict | None = None, parallel: bool = True):
     from tokenmold.grammar.tools import Tool
 
-    shape = Shape.from_tools([Tool("get_weather", CITY)], required=False, parallel=parallel)
+    shape = Shape.from_tools([Tool("get_weather", CITY)], required=False, parallel=parallel, arguments_layout=ARGUMENTS)
     if answer is not None:
         shape = Shape(shape.kind, replace(shape.source, answer=answer))
     return ShapeCompiler(vocab, isolation="inline").compile(shape)
@@ -282,27 +283,52 @@ def _auto(vocab, *, answer: dict | None = None, parallel: bool = True):
     [
         ("", "", True),
         ("Let me <tool", "", True),  # free text may end anywhere, a trigger begun or not
-        ("Sure. <tool_call>", '\n{"name": "get_weather", "arguments": {"city":"aa"}}\n</tool_call>', False),
-        ('<tool_call>\n{"name": "get_weather", "arguments": {"city":"P', 'a"}}\n</tool_call>', False),
-        ('<tool_call>\n{"name": "get_weather", "arguments": {"city":"Rome"}}\n</tool_call> Done', "", True),
+        ("Sure. <tool_call>", '\n{"name": "get_weather", "arguments": {"city": "aa"}}\n</tool_call>', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "P', 'a"}}\n</tool_call>', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city":', ' "aa"}}\n</tool_call>', False),
+        ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call> Done', "", True),
     ],
 )
 def test_free_text_ends_anywhere_and_a_call_begun_must_close(vocab, written: str, plan: str, done: bool) -> None:
     from tokenmold.service.fit import _fit_target
 
-    tracker = Tracker(FitSchema(_fit_target(_auto(vocab)))).feed(written.encode())
+    compiled = _auto(vocab)
+    tracker = Tracker(FitSchema(_fit_target(compiled))).feed(written.encode())
     assert tracker.plan() == plan.encode() and tracker.done is done
+    assert compiled.accepts(written + plan)  # the plan is laid out as the grammar writes
 
 
 def test_calls_or_a_json_answer_are_told_apart_by_their_first_byte(vocab) -> None:
     from tokenmold.service.fit import _fit_target
 
-    schema = FitSchema(_fit_target(_auto(vocab, answer=REPLY)))
-    assert Tracker(schema).plan() == b'{"answer":""}'
-    assert Tracker(schema).feed(b'{"answer":"It').plan() == b'"}'
-    assert (
-        Tracker(schema).feed(b"<tool_call>").plan()
-        == b'\n{"name": "get_weather", "arguments": {"city":"aa"}}\n</tool_call>'
+    compiled = _auto(vocab, answer=REPLY)
+    schema = FitSchema(_fit_target(compiled))
+    for written, plan in [
+        ("", '{"answer":""}'),  # a JSON answer is compact, as without tools
+        ('{"answer":"It', '"}'),
+        ("<tool_call>", '\n{"name": "get_weather", "arguments": {"city": "aa"}}\n</tool_call>'),
+    ]:
+        assert Tracker(schema).feed(written.encode()).plan() == plan.encode()
+        assert compiled.accepts(written + plan)
+
+
+def test_arguments_are_planned_in_the_layout_the_grammar_writes(vocab) -> None:
+    """Tool-call arguments are laid out as ``json.dumps`` writes them: every plan, from any point
+    between a separator's bytes, is what the grammar accepts after what was written."""
+    from tokenmold.grammar.toolformats import HERMES
+    from tokenmold.grammar.tools import Tool
+    from tokenmold.service.fit import _fit_target
+
+    compiled = ShapeCompiler(vocab, isolation="inline").compile(
+        Shape.from_tools([Tool("add", NESTED)], required=True, parallel=True, arguments_layout=ARGUMENTS)
+    )
+    schema = FitSchema(_fit_target(compiled))
+    call = HERMES.render_calls([("add", {"items": [{"sku": "a", "qty": 2}, {"sku": "b", "qty": 0}], "total": 1})])
+    for cut in range(len(call) + 1):
+        plan = Tracker(schema).feed(call[:cut].encode()).plan()
+        assert plan is not None and compiled.accepts(call[:cut] + plan.decode()), (call[:cut], plan)
+    assert Tracker(schema).feed(b'<tool_call>\n{"name": "add", "arguments": {').plan() == (
+        b'"items": [], "total": 0}}\n</tool_call>'
     )
 
 
@@ -312,7 +338,9 @@ def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -
     from tokenmold.service.errors import RequestError
     from tokenmold.service.fit import _fit_target
 
-    shape = Shape.from_tools([Tool("f", CITY)], required=False, parallel=True, tool_format=FORMATS["llama3"])
+    shape = Shape.from_tools(
+        [Tool("f", CITY)], required=False, parallel=True, tool_format=FORMATS["llama3"], arguments_layout=ARGUMENTS
+    )
     compiled = ShapeCompiler(vocab, isolation="inline").compile(Shape(shape.kind, replace(shape.source, answer=REPLY)))
     with pytest.raises(RequestError, match="cannot begin like a JSON answer"):
         _fit_target(compiled)

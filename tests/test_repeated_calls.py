@@ -76,9 +76,10 @@ def test_the_guard_keeps_only_the_way_out_once_a_call_repeats(name) -> None:
         guard.restrict(row)
         assert np.array_equal(row, everything)  # two different calls: nothing held
     again = fmt.syntax.separator + fmt.render_calls([PARIS]).removeprefix(fmt.syntax.section_begin)
-    guard.feed(list(again.removesuffix(fmt.syntax.section_end).encode()))
+    arguments_end = again.rindex("}" + fmt.syntax.call_end) + 1  # the repeat, up to its arguments
+    guard.feed(list(again[:arguments_end].encode()))
     assert guard.repeated
-    for expected in [*fmt.syntax.section_end.encode(), toy.EOS]:
+    for expected in [*(fmt.syntax.call_end + fmt.syntax.section_end).encode(), toy.EOS]:
         row = everything.copy()
         guard.restrict(row)
         assert allowed_tokens(row, 320).tolist() == [expected]

@@ -42,7 +42,7 @@ def test_functions_with_same_named_defs_stay_apart(inline) -> None:
 def test_a_named_call_is_forced_up_to_its_arguments(inline) -> None:
     compiled = inline.compile(Shape.from_tools([Tool("f", tool_set(1)[0].parameters)], required=True, parallel=False))
     forced = inline.vocab.hf_tokenizer.decode(list(compiled.engine_spec.forced_tokens))
-    assert forced.startswith(HERMES.syntax.begin("f") + "{")
+    assert forced.startswith(HERMES.syntax.begin("f").rstrip())  # the space may begin the arguments
 
 
 @pytest.mark.parametrize("required, parallel", [(False, False), (False, True), (True, False), (True, True)])

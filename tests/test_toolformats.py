@@ -15,6 +15,7 @@ from tokenmold.grammar.toolformats import FORMATS, HERMES, ToolFormat, detect_to
 from tokenmold.grammar.tools import Tool, ToolCalls
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
+from tokenmold.service.fit import fitted_layout
 from tokenmold.service.tools import chat_messages, tool_answer
 from tokenmold.service.validation import check_tool_calls
 
@@ -157,6 +158,50 @@ def test_the_grammar_writes_calls_in_the_family_syntax(name, inline) -> None:
     auto = inline.compile(Shape.from_tools(TOOLS, required=False, parallel=False, tool_format=fmt))
     assert auto.accepts("It is sunny.") and auto.accepts(f"Let me check. {one}")
     assert parsed(fmt, f"Let me check. {both}") == CALLS
+
+
+@pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
+def test_arguments_are_laid_out_as_the_model_writes_them(vocab, backend) -> None:
+    """Without budget fitting the model lays its arguments out as it likes (``{"a": 1, "b": 20}``,
+    compact, one member per line), as vLLM's JSON grammar lets it."""
+    compiled = ShapeCompiler(vocab, isolation="inline", backend=backend).compile(
+        Shape.from_tools(TOOLS, required=True, parallel=True)
+    )
+    assert compiled.engine_spec.backend == backend
+    both = HERMES.render_calls(CALLS)
+    assert '"arguments": {"a": 1, "b": 20}}' in both
+    assert compiled.accepts(both)
+    assert compiled.accepts(both.replace('{"a": 1, "b": 20}', '{"a":1,"b":20}'))
+    if backend == "llguidance":  # xgrammar's whitespace is bounded (``max_whitespace``)
+        assert compiled.accepts(both.replace('{"a": 1, "b": 20}', '{\n    "a": 1,\n    "b": 20\n}'))
+
+
+@pytest.mark.parametrize("backend", ["llguidance", "xgrammar"])
+def test_fitted_arguments_hold_the_layout_json_dumps_writes(vocab, backend) -> None:
+    """Under budget fitting the arguments hold one layout, the one its plan prices: compact ones
+    are refused, by both backends."""
+    compiled = ShapeCompiler(vocab, isolation="inline", backend=backend).compile(
+        fitted_layout(Shape.from_tools(TOOLS, required=True, parallel=True))
+    )
+    both = HERMES.render_calls(CALLS)
+    assert compiled.accepts(both)
+    assert not compiled.accepts(both.replace('{"a": 1, "b": 20}', '{"a":1,"b":20}'))
+
+
+@pytest.mark.parametrize("between", ["", "\n", "\n\n "])
+def test_hermes_calls_parse_with_nothing_or_whitespace_between_them(between) -> None:
+    """The grammar puts nothing between parallel calls (as vLLM's hermes tag); a model that writes
+    whitespace there (``tool_choice: auto``) is read the same, whole and streamed."""
+    first, second = HERMES.render_calls(CALLS[:1]), HERMES.render_calls(CALLS[1:])
+    text = first + between + second
+    assert HERMES.render_calls(CALLS) == first + second
+    assert parsed(HERMES, text) == CALLS
+    stream = HERMES.stream()
+    pieces = [piece for char in text for piece in stream.feed(char).calls]
+    names = [p.name for p in pieces if p.name]
+    streamed = ["".join(p.arguments for p in pieces if p.index == i) for i in range(2)]
+    assert names == ["get_weather", "add"]
+    assert [json.loads(a) for a in streamed] == [arguments for _, arguments in CALLS]
 
 
 @pytest.mark.parametrize("name", list(FAMILIES))

@@ -80,8 +80,8 @@ def test_a_bad_parameters_schema_names_the_function_and_the_pointer(inline) -> N
     [
         # tool_choice "required" (or named), one call: exactly one call, no text.
         (True, False, [PARIS, ONE_PLUS_TWO], ["hello", "", f"{PARIS}\n{ONE_PLUS_TWO}", f"hi {PARIS}"]),
-        # required, parallel: one or more calls, separated by a newline, no text.
-        (True, True, [PARIS, f"{PARIS}\n{ONE_PLUS_TWO}"], ["hello", "", f"hi {PARIS}"]),
+        # required, parallel: one or more calls, nothing between them (as vLLM's hermes tag), no text.
+        (True, True, [PARIS, f"{PARIS}{ONE_PLUS_TWO}"], ["hello", "", f"hi {PARIS}", f"{PARIS}\n{ONE_PLUS_TWO}"]),
         # auto, one call at most: free text, optionally one call.
         (False, False, ["hello", "", PARIS, f"Sure. {PARIS}"], [f"{PARIS}\n{ONE_PLUS_TWO}"]),
         # auto, parallel: free text and any number of calls.

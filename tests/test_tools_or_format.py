@@ -57,7 +57,12 @@ def union(parallel: bool = False, strict: bool = False) -> Shape:
             [PARIS, '{"temp":21}'],
             ["hello", f"hi {PARIS}", f"{PARIS}\n{ROME}", '{"temp": "hot"}', f'{{"temp": 1}}{PARIS}'],
         ),
-        (True, [PARIS, f"{PARIS}\n{ROME}", '{"temp":21}'], ["hello", f'{PARIS} {{"temp": 1}}']),
+        # Parallel calls follow each other with nothing between; the answer stays compact JSON.
+        (
+            True,
+            [PARIS, f"{PARIS}{ROME}", '{"temp":21}'],
+            ["hello", f'{PARIS} {{"temp": 1}}', f"{PARIS}\n{ROME}", '{"temp": 21}'],
+        ),
     ],
 )
 def test_the_grammar_is_calls_or_one_answer_never_free_text(inline, parallel, accepted, refused) -> None:

@@ -46,6 +46,7 @@ from tokenmold.grammar.errors import (
 )
 from tokenmold.grammar.guards.held_keywords import strip_bounds
 from tokenmold.grammar.guards.schema_guard import BoundGuard, BoundSchema
+from tokenmold.grammar.json_layout import COMPACT
 
 if TYPE_CHECKING:
     import torch
@@ -220,20 +221,20 @@ class LLGuidanceBackend(Backend):
             )
         bounds = None
         if schema is not False:
-            layout = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
             if options.guards:
                 stripped = strip_bounds(schema if isinstance(schema, dict) else {})
                 if stripped.lengths or stripped.items or stripped.patterns or stripped.anchored:
                     bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
                 schema = stripped.schema
-            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
+            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": COMPACT.x_guidance}
         return self.compile_grammar(
             llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error, bounds=bounds
         )
 
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> LLGuidanceCompiled:
-        """Tool calls (``llguidance_tools``); compact JSON whatever ``options.max_whitespace`` says,
-        for the reason given in ``compile_json_schema``."""
+        """Tool calls (``llguidance_tools``); one fixed layout whatever ``options.max_whitespace``
+        says (arguments as models write them, ``json_layout``), for the reason given in
+        ``compile_json_schema``."""
         return self.compile_lark(tools_lark(calls), _schema_error)
 
     def compile_ebnf(self, grammar: str) -> LLGuidanceCompiled:

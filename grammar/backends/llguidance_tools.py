@@ -7,7 +7,8 @@ on demand. The calls are written in the model's own syntax (``calls.tool_format.
 function's name in the call's begin, the arguments object, the call's end, a separator between
 parallel calls, and for some families a section around them all). In ``tool_choice: auto`` the
 free text is a lazy lexeme that ends at the first trigger and never contains one, as in xgrammar's
-triggered tags.
+triggered tags. Arguments are laid out as the model writes them, or in one layout under budget
+fitting (``calls.arguments_layout``, ``json_layout``).
 """
 
 from __future__ import annotations
@@ -15,17 +16,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenmold.grammar.json_layout import COMPACT, FLEXIBLE, JsonLayout
 from tokenmold.grammar.tools import ToolCalls
-
-#: Compact JSON, as for every JSON Schema llguidance compiles here (see ``compile_json_schema``).
-COMPACT = {"whitespace_flexible": False, "item_separator": ",", "key_separator": ":"}
 
 
 def tools_lark(calls: ToolCalls) -> str:
     """Lark text for ``calls`` (parameters already normalized)."""
     syntax = calls.tool_format.syntax
     end = json.dumps(syntax.call_end)
-    rules = [f"a{i}: %json {_schema_text(tool.parameters)}" for i, tool in enumerate(calls.tools)]
+    layout = calls.arguments_layout
+    rules = [f"a{i}: %json {_schema_text(tool.parameters, layout)}" for i, tool in enumerate(calls.tools)]
     rules += [f"c{i}: {json.dumps(syntax.begin(tool.name))} a{i} {end}" for i, tool in enumerate(calls.tools)]
     rules.append("call: " + " | ".join(f"c{i}" for i in range(len(calls.tools))))
     rules.append("calls: call" + (f" ({json.dumps(syntax.separator)} call)*" if calls.parallel else ""))
@@ -35,7 +35,7 @@ def tools_lark(calls: ToolCalls) -> str:
     if calls.required or calls.answer is not None:
         target = "block" if section else "calls"
         if calls.answer is not None:  # calls, or one JSON value of the response format
-            rules.append(f"answer: %json {_schema_text(calls.answer)}")
+            rules.append(f"answer: %json {_schema_text(calls.answer, COMPACT)}")
             target += " | answer"
         rules.insert(0, f"start: {target}")
         return "\n".join(rules)
@@ -58,9 +58,12 @@ def tools_lark(calls: ToolCalls) -> str:
     return "\n".join(rules)
 
 
-def _schema_text(parameters: Any) -> str:
+def _schema_text(parameters: Any, layout: JsonLayout | None) -> str:
+    """A ``%json`` schema laid out as ``tokenmold.grammar.json_layout`` says: arguments as the model
+    writes them (``None``) or in one layout, a JSON answer compact as without tools."""
     schema = parameters if isinstance(parameters, dict) else {}
-    return json.dumps({**schema, "x-guidance": COMPACT}, ensure_ascii=False)
+    options = FLEXIBLE if layout is None else layout.x_guidance
+    return json.dumps({**schema, "x-guidance": options}, ensure_ascii=False)
 
 
 def _literal(text: str) -> str:

@@ -22,6 +22,7 @@ import xgrammar as xgr
 
 from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
+from tokenmold.grammar.json_layout import COMPACT, JsonLayout
 from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ class XGrammarBackend(Backend):
                             tool.parameters,
                             replace(options, strict_properties=tool.strict),
                             pointer=f"/tools/{i}/parameters",
+                            layout=calls.arguments_layout,
                         )
                     ),
                 },
@@ -271,16 +273,21 @@ def _repeats_itself(printed: str) -> list[str] | None:
     return None
 
 
-def _json_grammar(schema: dict[str, Any] | bool, options: JsonOptions, pointer: str = "") -> xgr.Grammar:
+def _json_grammar(
+    schema: dict[str, Any] | bool, options: JsonOptions, pointer: str = "", layout: JsonLayout | None = None
+) -> xgr.Grammar:
     """A JSON Schema as an xgrammar grammar, with tokenmold's whitespace and strictness choices
     (what only llguidance enforces folded: xgrammar has no key patterns and takes one string
-    constraint)."""
+    constraint). ``layout`` fixes the layout whatever ``options.max_whitespace`` says (tool calls'
+    arguments under budget fitting, as the llguidance backend writes them: ``json_layout``)."""
+    free = options.max_whitespace > 0 and layout is None
+    layout = layout or COMPACT
     try:
         return xgr.Grammar.from_json_schema(
             json.dumps(fold_llguidance_only(schema)),
-            any_whitespace=options.max_whitespace > 0,
-            max_whitespace_cnt=options.max_whitespace or None,
-            separators=None if options.max_whitespace > 0 else (",", ":"),
+            any_whitespace=free,
+            max_whitespace_cnt=options.max_whitespace if free else None,
+            separators=None if free else (layout.item, layout.key),
             strict_mode=options.strict_properties,
         )
     except RuntimeError as exc:

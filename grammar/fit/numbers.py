@@ -12,11 +12,15 @@ prefix of it leads to a text whose completion is the rest (the consistency the m
 
 from __future__ import annotations
 
+import json
 import math
 import re
+from collections.abc import Iterable
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
+
+from tokenmold.grammar.fit.schema import Candidate
 
 #: Digits a completion may append to one part (integer or fraction).
 MOST_DIGITS = 24
@@ -125,3 +129,19 @@ def _least(written: str, negative: bool, k: int, bounds: Bounds) -> str | None:
     if k == 0:
         return "" if written and written[-1].isdigit() else None
     return str(lowest).zfill(k)
+
+
+def finish_number(text: str, cands: Iterable[Candidate]) -> bytes | None:
+    """The shortest end of the number ``text`` read as ``cands``: an enum member it begins, or
+    digits that bring it within its bounds (``None`` where none can)."""
+    options: list[bytes] = []
+    for cand in cands:
+        values = cand.values
+        if values is not None:
+            written = (json.dumps(v) for v in values)
+            options += [w[len(text) :].encode() for w in written if w.startswith(text)]
+            continue
+        tail = number_tail(text, cand.kind == "integer", bounds_of(cand.schema))
+        if tail is not None:
+            options.append(tail.encode())
+    return min(options, key=len) if options else None

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmold.grammar.budget import shortest_text
+from tokenmold.grammar.json_layout import ARGUMENTS, COMPACT, JsonLayout
 from tokenmold.grammar.json_pointer import read_token
 from tokenmold.grammar.jsonschema.atoms import json_atom
 
@@ -62,7 +63,10 @@ class CallLayout:
     ``tool_choice: auto`` (calls optional): with ``trigger``, free text comes before a call and
     (parallel) between and after calls, and a call begins where the text ends with the trigger
     (``begins`` then continue it); with ``answer``, the output is the calls or one JSON value of
-    the schema after the tools' (``/tools/<len(begins)>``), told apart by their first byte."""
+    the schema after the tools' (``/tools/<len(begins)>``), told apart by their first byte.
+
+    The arguments are laid out in ``arguments`` (the grammar's layout for them, ``json_layout``); a
+    JSON answer is compact, as without tools."""
 
     begins: tuple[bytes, ...]
     end: bytes
@@ -72,12 +76,18 @@ class CallLayout:
     parallel: bool
     trigger: bytes = b""
     answer: bool = False
+    arguments: JsonLayout = ARGUMENTS
 
     def to_json(self, arguments: list[Any], answer: Any = None) -> dict[str, Any]:
         """The spec's form: the arguments' schemas (and the answer's, last; their ``$ref``s made
         absolute) and the texts."""
         texts = {k: getattr(self, k).decode() for k in _TEXTS}
-        layout = {"begins": [b.decode() for b in self.begins], "parallel": self.parallel, "answer": self.answer}
+        layout = {
+            "begins": [b.decode() for b in self.begins],
+            "parallel": self.parallel,
+            "answer": self.answer,
+            "arguments": list(self.arguments),
+        }
         schemas = [*arguments, answer] if self.answer else arguments
         return {CALLS_KEY: layout | texts, "tools": [_rebase(a, f"#/tools/{i}") for i, a in enumerate(schemas)]}
 
@@ -86,7 +96,8 @@ class CallLayout:
         layout = root[CALLS_KEY]
         texts = {k: layout.get(k, "").encode() for k in _TEXTS}
         begins = tuple(b.encode() for b in layout["begins"])
-        return cls(begins, parallel=layout["parallel"], answer=bool(layout.get("answer")), **texts)
+        arguments = JsonLayout(*layout.get("arguments", ARGUMENTS))
+        return cls(begins, parallel=layout["parallel"], answer=bool(layout.get("answer")), arguments=arguments, **texts)
 
 
 #: The texts of a ``CallLayout``, as its spec form names them.
@@ -103,7 +114,7 @@ class FitSchema:
             raise Untracked("the schema admits nothing")
         self.calls = CallLayout.from_json(self.root) if CALLS_KEY in self.root else None
         self._candidates: dict[int, tuple[Candidate, ...]] = {}
-        self._floors: dict[int, str] = {}
+        self._floors: dict[tuple[int, JsonLayout], str] = {}
         self._keep: list[Any] = []  # keeps memoized nodes alive, so their ids stay theirs
 
     def candidates(self, schema: Any) -> tuple[Candidate, ...]:
@@ -116,12 +127,18 @@ class FitSchema:
             self._keep.append(schema)
         return found
 
-    def floor(self, schema: Any) -> str:
-        """Compact JSON of the shortest instance of ``schema`` (``0`` where none can be built)."""
-        key = id(schema)
+    def layout_of(self, tool: int) -> JsonLayout:
+        """The layout of the JSON value at the root (``tool`` -1) or of ``/tools/<tool>``: a tool's
+        arguments in the calls' layout, a JSON answer compact."""
+        calls = self.calls
+        return calls.arguments if calls is not None and 0 <= tool < len(calls.begins) else COMPACT
+
+    def floor(self, schema: Any, layout: JsonLayout = COMPACT) -> str:
+        """The shortest instance of ``schema`` written in ``layout`` (``0`` where none can be built)."""
+        key = (id(schema), layout)
         found = self._floors.get(key)
         if found is None:
-            found = shortest_text(self.root, schema) or "0"
+            found = shortest_text(self.root, schema, layout) or "0"
             self._floors[key] = found
             self._keep.append(schema)
         return found

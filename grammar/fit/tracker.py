@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any, NamedTuple, Protocol
 
-from tokenmold.grammar.fit.numbers import bounds_of, number_tail
+from tokenmold.grammar.fit.numbers import finish_number
 from tokenmold.grammar.fit.patterns import Unplannable, string_rule
 from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
+from tokenmold.grammar.json_layout import COMPACT, JsonLayout
 from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.regex import search
 
@@ -106,6 +107,9 @@ class Obj(NamedTuple):
     #: open (after ``{``), key (after ``,``), in_key, colon, value, after (a member written).
     phase: str = "open"
     key: Text = Text()
+    #: The grammar's separators here, and the rest of the one just begun still to write.
+    layout: JsonLayout = COMPACT
+    owed: str = ""
 
 
 class Arr(NamedTuple):
@@ -114,6 +118,8 @@ class Arr(NamedTuple):
     items: int = 0
     #: open (after ``[``), item (after ``,``), after (an item written).
     phase: str = "open"
+    layout: JsonLayout = COMPACT
+    owed: str = ""
 
 
 class Root(NamedTuple):
@@ -258,7 +264,8 @@ class Tracker:
             return self._free(top, below, byte)
         if byte in _WHITESPACE:
             return stack
-        return None if top.done else self._start(stack, top.cands, top.pointer, byte)
+        layout = self.schema.layout_of(top.tool)
+        return None if top.done else self._start(stack, top.cands, top.pointer, byte, layout)
 
     def _lead(self, top: Lead, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
         """Literal text around calls; once one option is written whole (and no longer one shares
@@ -313,35 +320,36 @@ class Tracker:
             key = top.key.step(byte)
             return None if key is None else below + (top._replace(key=key),)
         if byte in _WHITESPACE:
-            return below + (top,)
+            return below + (_paid(top, byte),)
         if phase in ("open", "key") and byte == ord('"'):
-            return below + (top._replace(phase="in_key", key=Text()),)
+            return below + (top._replace(phase="in_key", key=Text(), owed=""),)
         if phase in ("open", "after") and byte == ord("}"):
             return self._close(below)
         if phase == "after" and byte == ord(","):
-            return below + (top._replace(phase="key"),)
+            return below + (top._replace(phase="key", owed=top.layout.item[1:]),)
         if phase == "colon" and byte == ord(":"):
-            return below + (top._replace(phase="value"),)
+            return below + (top._replace(phase="value", owed=top.layout.key[1:]),)
         if phase == "value":
             name = top.keys[-1]
             cands = tuple(c for s in (_member_schema(c, name) for c in top.cands) for c in self.schema.candidates(s))
-            return self._start(below + (top,), cands, f"{top.pointer}/{pointer_token(name)}", byte)
+            return self._start(below + (top,), cands, f"{top.pointer}/{pointer_token(name)}", byte, top.layout)
         return None
 
     def _array(self, top: Arr, below: tuple[Frame, ...], byte: int) -> tuple[Frame, ...] | None:
         if byte in _WHITESPACE:
-            return below + (top,)
+            return below + (_paid(top, byte),)
         if top.phase in ("open", "after") and byte == ord("]"):
             return self._close(below)
         if top.phase == "after":
-            return below + (top._replace(phase="item"),) if byte == ord(",") else None
+            return below + (top._replace(phase="item", owed=top.layout.item[1:]),) if byte == ord(",") else None
         cands = tuple(c for a in top.cands for c in self.schema.candidates(_item_schema(a, top.items)))
-        return self._start(below + (top,), cands, f"{top.pointer}/{top.items}", byte)
+        return self._start(below + (top,), cands, f"{top.pointer}/{top.items}", byte, top.layout)
 
     def _start(
-        self, stack: tuple[Frame, ...], cands: tuple[Candidate, ...], pointer: str, byte: int
+        self, stack: tuple[Frame, ...], cands: tuple[Candidate, ...], pointer: str, byte: int, layout: JsonLayout
     ) -> tuple[Frame, ...] | None:
-        """``stack`` with a value begun by ``byte``, read as the candidates its first byte allows."""
+        """``stack`` with a value begun by ``byte``, read as the candidates its first byte allows
+        (an object or array laid out in ``layout``)."""
         kinds = first_byte_kinds(byte)
         fitting = tuple(c for c in cands if c.kind in kinds)
         if not fitting:
@@ -350,9 +358,9 @@ class Tracker:
         if kind == "string":
             return stack + (Str(pointer, fitting),)
         if kind == "object":
-            return stack + (Obj(pointer, fitting),)
+            return stack + (Obj(pointer, fitting, layout=layout),)
         if kind == "array":
-            return stack + (Arr(pointer, fitting),)
+            return stack + (Arr(pointer, fitting, layout=layout),)
         if kind == "number":
             return stack + (Num(pointer, chr(byte), fitting),)
         return stack + (Lit(pointer, {"t": "rue", "f": "alse", "n": "ull"}[chr(byte)]),)
@@ -361,9 +369,9 @@ class Tracker:
         """The stack once the value on top of ``below`` is complete."""
         parent = below[-1]
         if isinstance(parent, Obj):
-            return below[:-1] + (parent._replace(phase="after"),)
+            return below[:-1] + (parent._replace(phase="after", owed=""),)
         if isinstance(parent, Arr):
-            return below[:-1] + (parent._replace(items=parent.items + 1, phase="after"),)
+            return below[:-1] + (parent._replace(items=parent.items + 1, phase="after", owed=""),)
         if isinstance(parent, Root):
             # A call's arguments: the text after them comes next.
             return below[:-1] if len(below) > 1 else below[:-1] + (parent._replace(done=True),)
@@ -387,7 +395,7 @@ class Tracker:
         if isinstance(frame, Str):
             return _finish_string(frame)
         if isinstance(frame, Num):
-            return _finish_number(frame)
+            return finish_number(frame.text, frame.cands)
         if isinstance(frame, Lit):
             return frame.rest.encode()
         if isinstance(frame, Obj):
@@ -404,7 +412,7 @@ class Tracker:
         if frame.done or not top:
             return b""
         schema = self.schema.root["tools"][frame.tool] if frame.tool >= 0 else self.schema.root
-        return self.schema.floor(schema).encode()
+        return self.schema.floor(schema, self.schema.layout_of(frame.tool)).encode()
 
     def _after(self, code: int) -> bytes:
         """The shortest text after a ``Lead`` option: the arguments and the end of a call, then the
@@ -414,31 +422,32 @@ class Tracker:
             return b""
         if code == CALL_END:
             return calls.section_end
-        if code == ANSWER:
-            return self.schema.floor(self.schema.root["tools"][len(calls.begins)]).encode()
-        return self.schema.floor(self.schema.root["tools"][code]).encode() + calls.end + calls.section_end
+        code = len(calls.begins) if code == ANSWER else code
+        floor = self.schema.floor(self.schema.root["tools"][code], self.schema.layout_of(code)).encode()
+        return floor if code == len(calls.begins) else floor + calls.end + calls.section_end
 
     def _finish_object(self, frame: Obj, cand: Candidate) -> bytes | None:
-        floor = self.schema.floor
+        layout = frame.layout
+        item, colon, floor = layout.item, layout.key.encode(), partial(self.schema.floor, layout=layout)
         keys = frame.keys
         missing = _missing(cand, keys)
 
         def members(names: list[str], lead: bool) -> bytes:
             return "".join(
-                ("," if lead or i else "") + _json(n) + ":" + floor(_member_schema(cand, n))
+                (item if lead or i else "") + _json(n) + layout.key + floor(_member_schema(cand, n))
                 for i, n in enumerate(names)
             ).encode()
 
-        phase = frame.phase
+        phase, owed = frame.phase, frame.owed.encode()
         if phase in ("open", "after"):
             return members(missing, phase == "after") + b"}"
         if phase in ("colon", "value"):
             value = floor(_member_schema(cand, keys[-1])).encode()
-            return (b":" if phase == "colon" else b"") + value + members(missing, True) + b"}"
+            return (colon if phase == "colon" else owed) + value + members(missing, True) + b"}"
         if phase == "key":
             if missing:
-                return members(missing, False) + b"}"
-            return _cheapest((_json(n) + ":" + floor(s) + "}").encode() for n, s in _optional(cand, keys))
+                return owed + members(missing, False) + b"}"
+            return _cheapest(owed + (_json(n) + layout.key + floor(s) + "}").encode() for n, s in _optional(cand, keys))
         # in_key: finish the key the cheapest way, then its value and the required rest.
         key = frame.key
         options = []
@@ -447,21 +456,21 @@ class Tracker:
             if written.startswith(key.raw) and not _skips(cand, missing, name):
                 rest = [n for n in missing if n != name]
                 tail = written[len(key.raw) :]
-                options.append(tail + b'":' + floor(schema).encode() + members(rest, True) + b"}")
+                options.append(tail + b'"' + colon + floor(schema).encode() + members(rest, True) + b"}")
         extra = cand.schema.get("additionalProperties", True)
         if extra is not False and not missing:  # extra keys come after the listed ones
             closed = key.raw + key.rest
             name = json.loads(b'"' + closed + b'"')
             if name not in keys and name not in cand.schema.get("properties", {}):
-                options.append(key.rest + b'":' + floor(extra).encode() + members(missing, True) + b"}")
+                options.append(key.rest + b'"' + colon + floor(extra).encode() + members(missing, True) + b"}")
         return _cheapest(options)
 
     def _finish_array(self, frame: Arr, cand: Candidate) -> bytes | None:
-        low = int(cand.schema.get("minItems", 0))
+        low, sep, owed = int(cand.schema.get("minItems", 0)), frame.layout.item, ""
         if frame.phase == "open":
             need, lead = low, False
         elif frame.phase == "item":
-            need, lead = max(1, low - frame.items), False
+            need, lead, owed = max(1, low - frame.items), False, frame.owed
         else:
             need, lead = max(0, low - frame.items), True
         items = []
@@ -469,8 +478,8 @@ class Tracker:
             schema = _item_schema(cand, i)
             if schema is False:
                 return None
-            items.append(self.schema.floor(schema))
-        return (("," if lead and items else "") + ",".join(items) + "]").encode()
+            items.append(self.schema.floor(schema, frame.layout))
+        return (owed + (sep if lead and items else "") + sep.join(items) + "]").encode()
 
 
 #: A member the candidate cannot hold.
@@ -528,6 +537,14 @@ def _optional(cand: Candidate, keys: tuple[str, ...]) -> list[tuple[str, object]
     return listed + ([("", extra)] if extra is not False and "" not in keys else [])
 
 
+def _paid(frame: Obj | Arr, byte: int) -> Obj | Arr:
+    """``frame`` after whitespace ``byte``: a byte of the separator still owed is paid (other
+    whitespace the grammar of a fixed layout never lets through)."""
+    if frame.owed[:1] == chr(byte):
+        return frame._replace(owed=frame.owed[1:])
+    return frame
+
+
 def _finish_string(frame: Str) -> bytes | None:
     text = frame.text
     options: list[bytes | None] = []
@@ -550,21 +567,6 @@ def _finish_string(frame: Str) -> bytes | None:
             written = _json(value)[1:-1].encode()
             if written.startswith(text.raw):
                 options.append(written[len(text.raw) :] + b'"')
-    return _cheapest(options)
-
-
-def _finish_number(frame: Num) -> bytes | None:
-    """The shortest end of the number: an enum member it begins, or digits that bring it within
-    its bounds (``tokenmold.grammar.fit.numbers``)."""
-    options: list[bytes | None] = []
-    for cand in frame.cands:
-        values = cand.values
-        if values is not None:
-            written = (json.dumps(v) for v in values)
-            options += [w[len(frame.text) :].encode() for w in written if w.startswith(frame.text)]
-            continue
-        tail = number_tail(frame.text, cand.kind == "integer", bounds_of(cand.schema))
-        options.append(None if tail is None else tail.encode())
     return _cheapest(options)
 
 

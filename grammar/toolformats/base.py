@@ -24,6 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenmold.grammar.json_layout import ARGUMENTS
+
 #: Stands for the function's name in ``CallSyntax.call_begin``.
 NAME = "{name}"
 
@@ -106,10 +108,7 @@ class ToolFormat:
     def render_calls(self, calls: list[tuple[str, Any]]) -> str:
         """``(name, arguments)`` calls written exactly as the grammar generates them."""
         s = self.syntax
-        written = [
-            f"{s.begin(name)}{json.dumps(arguments, ensure_ascii=False, separators=(',', ':'))}{s.call_end}"
-            for name, arguments in calls
-        ]
+        written = [f"{s.begin(name)}{ARGUMENTS.dumps(arguments)}{s.call_end}" for name, arguments in calls]
         return f"{s.section_begin}{s.separator.join(written)}{s.section_end}"
 
     def describe(self) -> str:

@@ -22,8 +22,10 @@ class HermesFormat(ToolFormat):
         trigger=TOOL_CALL_BEGIN,
         call_begin=TOOL_CALL_BEGIN + '\n{"name": "{name}", "arguments": ',
         call_end="}\n" + TOOL_CALL_END,
-        # Between two calls of a parallel call list when calls are required (no free text there).
-        separator="\n",
+        # Between two calls of a parallel call list when calls are required (no free text there):
+        # nothing, as in vLLM's hermes structural tag. A newline here would turn the one a model
+        # writes after ``</tool_call>`` out of habit into the start of a second call.
+        separator="",
     )
     triggers: tuple[str, ...] = (TOOL_CALL_BEGIN,)
 

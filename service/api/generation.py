@@ -170,7 +170,7 @@ class Generation:
         request.state.shape_param = plan.shape_param  # named by the error mapper if this fails
         started = time.perf_counter()
         try:
-            return await self.runtime.compile(plan.shape, plan.options)
+            return await self.runtime.compile(plan.shape, plan.options, fit=plan.sampling.budget == "fit")
         finally:
             self.metrics.compile_seconds.observe(time.perf_counter() - started)
 
