@@ -9,11 +9,13 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
+from closed_parts import closed_parts, parts_of
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokenmold.grammar import Shape
+from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, VerdictStatus
 from tokenmold.service.errors import RequestError
@@ -39,25 +41,6 @@ VALUES = st.recursive(
 )
 
 
-def _parts(value: Any, path: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
-    """Every member's and element's path, in the order their values close (children first)."""
-    children: list[tuple[str | int, Any]] = []
-    if isinstance(value, dict):
-        children = list(value.items())
-    elif isinstance(value, list):
-        children = list(enumerate(value))
-    out = []
-    for key, child in children:
-        out += [*_parts(child, (*path, key)), (*path, key)]
-    return out
-
-
-def _at(value: Any, path: tuple[str | int, ...]) -> Any:
-    for key in path:
-        value = value[key]
-    return value
-
-
 @settings(max_examples=150, deadline=None)
 @given(
     value=st.dictionaries(KEYS, VALUES, max_size=4) | st.lists(VALUES, max_size=4),
@@ -72,9 +55,10 @@ def test_every_part_closes_once_in_order_with_its_text(value, indent, ascii_only
     bounds = sorted({0, len(text), *(c for c in cuts if c < len(text))})
     for start, end in zip(bounds, bounds[1:], strict=False):
         closed += scanner.feed(text[start:end])
-    assert [c.path for c in closed] == _parts(value)
+    assert [c.path for c in closed] == closed_parts(value)
+    expected = parts_of(value)
     for c in closed:
-        assert json.loads(c.text) == _at(value, c.path)
+        assert json.loads(c.text) == expected[pointer_to(c.path)]
 
 
 def test_a_number_closes_only_when_something_ends_it() -> None:
