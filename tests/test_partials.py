@@ -235,3 +235,17 @@ async def test_partial_models_fill_in_with_validated_fields() -> None:
     assert last is not None and last.start == Point(x=1, y=2) and last.stops == [3]
     assert steps[-1].text == text and steps[-1].fields == {"start": {"x": 1, "y": 2}, "stops": [3]}
     assert filled.index(["start"]) < filled.index(["start", "stops"])  # the start arrived first
+
+
+async def test_chat_and_completion_chunks_and_the_python_steps_carry_the_same_partials() -> None:
+    from types import SimpleNamespace
+
+    from tokenmold.service.api.translate import ChatStream, CompletionStream
+
+    plan: Any = SimpleNamespace(sampling=SamplingOptions(), tool_format=None, custom_tool=None)
+    deltas, _ = await _collect(PIECES, partials=True)
+    chat, completion, answers = ChatStream(plan, model="m"), CompletionStream(plan, model="m"), PartialAnswers(None)
+    chat_parts = [p for d in deltas for c in chat.chunks(d) for ch in c.choices for p in ch.delta.partials or []]
+    text_parts = [p for d in deltas for c in completion.chunks(d) for ch in c.choices for p in ch.partials or []]
+    steps = [p for d in deltas for p in answers.step(d).partials]
+    assert chat_parts == text_parts == steps and [p.pointer for p in steps] == ["/xs/0", "/xs/1", "/xs/2", "/xs"]
