@@ -47,6 +47,11 @@ class PartJudge:
     def _errors(self, applicable: Applicable, value: Any) -> list[ValidationError]:
         out: list[ValidationError] = []
         for scoped in applicable.all:
+            if scoped.schema is False:  # jsonschema names no keyword for it; the owner's says why
+                out.append(
+                    ValidationError("no value is allowed here: the schema at this place is false", validator="false")
+                )
+                continue
             out += self._validator.descend(value, scoped.schema, resolver=scoped.resolver)
         for group in applicable.one_of_each:
             if all(self._errors(branch, value) for branch in group):
