@@ -249,3 +249,30 @@ async def test_chat_and_completion_chunks_and_the_python_steps_carry_the_same_pa
     text_parts = [p for d in deltas for c in completion.chunks(d) for ch in c.choices for p in ch.partials or []]
     steps = [p for d in deltas for p in answers.step(d).partials]
     assert chat_parts == text_parts == steps and [p.pointer for p in steps] == ["/xs/0", "/xs/1", "/xs/2", "/xs"]
+
+
+async def test_generate_partials_prints_a_json_line_per_part_then_the_verdict(capsys) -> None:
+    from types import SimpleNamespace
+
+    from tokenmold.grammar import CompileOptions
+    from tokenmold.service.cli import _print_partials
+    from tokenmold.service.runtime import Prompt
+
+    class Scripted:
+        """What ``generate --partials`` asks of the runtime: a compile and one stream."""
+
+        engine = SimpleNamespace(max_model_len=100)
+
+        async def compile(self, shape: Shape, options: CompileOptions) -> Any:
+            return _Compiled(shape)
+
+        def stream(self, prompt: Prompt, compiled: Any, sampling: SamplingOptions) -> Any:
+            return _deltas(PIECES, [])
+
+    sampling = SamplingOptions(stop_on_invalid=True)
+    verdict = await _print_partials(
+        Scripted(), Prompt.user("x"), Shape.from_json_schema(LIST), sampling, CompileOptions()
+    )
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line["partial"]["pointer"] for line in lines[:-1]] == ["/xs/0", "/xs/1"]
+    assert lines[-1]["verdict"]["stop_reason"] == "invalid_part" and verdict.status is VerdictStatus.INVALID
