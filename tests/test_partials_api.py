@@ -34,6 +34,17 @@ BOOK = {
 }
 ASK_BOOK = [{"role": "user", "content": "Describe the novel Dune as JSON: title, author (name, born) and tags."}]
 
+#: A short answer with a member, an array and its elements.
+CAT = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 12},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 8}, "minItems": 2, "maxItems": 2},
+    },
+    "required": ["name", "tags"],
+    "additionalProperties": False,
+}
+
 #: The second element must be three booleans that are all different: ``uniqueItems``, which only
 #: validation checks (the grammar cannot), makes every such element invalid, and the array needs a
 #: third element before it may close.
@@ -114,10 +125,10 @@ def test_stop_on_invalid_ends_at_the_invalid_element_before_the_array_closes(cli
 def test_a_responses_stream_carries_partials_as_their_own_events(client) -> None:
     with client.responses.stream(  # the SDK's helper passes an event type it does not know through
         model=MODEL,
-        input=ASK_BOOK[0]["content"],
-        max_output_tokens=120,
+        input="A cat's name and two tags, as JSON.",
+        max_output_tokens=64,
         temperature=0,
-        text={"format": {"type": "json_schema", "name": "book", "schema": BOOK}},
+        text={"format": {"type": "json_schema", "name": "cat", "schema": CAT}},
         extra_body={"partials": True},
     ) as stream:
         events = list(stream)
