@@ -1,5 +1,5 @@
-"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers|bfcl ...`` from the repository root
-(``benchmarks/__init__.py``)."""
+"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers|bfcl|partials ...`` from the
+repository root (``benchmarks/__init__.py``)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from benchmarks.bfcl import run_bfcl
 from benchmarks.chain import run_chain
 from benchmarks.fit_walk import run_fit_walk
 from benchmarks.masks import run_masks
+from benchmarks.partials import run_partials
 from benchmarks.repetition import run_repetition
 from benchmarks.rows import run_rows
 from benchmarks.tokenizers import run_tokenizers
@@ -26,6 +27,7 @@ COMMANDS = {
     "rows": run_rows,
     "tokenizers": run_tokenizers,
     "bfcl": run_bfcl,
+    "partials": run_partials,
 }
 
 

@@ -13,11 +13,11 @@ the verdict on that output.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
-from tokenmold.schemas.verdict import KeywordReport, Usage, VerdictError, VerdictStatus
+from tokenmold.schemas.verdict import KeywordReport, Partial, Usage, VerdictError, VerdictStatus
 
 # ---------------------------------------------------------------- requests
 
@@ -305,6 +305,9 @@ class GenerationRequest(_Body):
     budget: Literal["default", "fit"] | None = None
     #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
     repeated_call_guard: bool | None = None
+    #: tokenmold's validated partial streaming (docs/api.md): needs stream and a JSON answer.
+    partials: bool | None = None
+    stop_on_invalid: bool | None = None
     # Accepted for compatibility; they change nothing.
     user: str | None = None
     metadata: dict[str, str] | None = None
@@ -408,22 +411,18 @@ class ChatUsage(Usage):
 
     completion_tokens_details: CompletionTokensDetails | None = None
 
-    @model_serializer(mode="wrap")
-    def _details_when_thinking(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Without thinking, the usage of a model that does not reason: the three counts only."""
-        out: dict[str, Any] = handler(self)
-        if out.get("completion_tokens_details") is None:
-            out.pop("completion_tokens_details", None)
-        return out
+    #: Without thinking, the usage of a model that does not reason: no details.
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("unspent_tokens", "completion_tokens_details")
 
     @classmethod
-    def of(cls, prompt: int, completion: int, reasoning: int = 0) -> ChatUsage:
+    def of(cls, prompt: int, completion: int, reasoning: int = 0, unspent: int | None = None) -> ChatUsage:
         details = CompletionTokensDetails(reasoning_tokens=reasoning) if reasoning else None
         return cls(
             prompt_tokens=prompt,
             completion_tokens=completion,
             total_tokens=prompt + completion,
             completion_tokens_details=details,
+            unspent_tokens=unspent,
         )
 
 
@@ -489,6 +488,12 @@ class ChatDelta(BaseModel):
     reasoning_content: str | None = None
     reasoning: str | None = None
     tool_calls: list[ToolCallDelta | CustomToolCallDelta] | None = None
+    partials: list[Partial] | None = Field(
+        default=None,
+        exclude_if=lambda parts: parts is None,
+        description="tokenmold's extension (request field partials): the members and elements of the JSON answer "
+        "that closed in this chunk, each judged against its schema. Left out unless asked for.",
+    )
 
 
 class ChatChunkChoice(BaseModel):
@@ -521,6 +526,8 @@ class CompletionChoice(BaseModel):
     logprobs: CompletionLogprobs | None = None
     finish_reason: str | None = None
     validation: Validation | None = None
+    #: A streamed chunk's closed parts (request field partials), as ``ChatDelta.partials``.
+    partials: list[Partial] | None = Field(default=None, exclude_if=lambda parts: parts is None)
 
 
 class TextCompletion(BaseModel):

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from tokenmold.schemas.openai import StructuredOutputs, TokenLogprob, Validation
+from tokenmold.schemas.verdict import Partial
 
 # ---------------------------------------------------------------- request
 
@@ -256,6 +257,8 @@ class ResponsesRequest(_Body):
     budget: Literal["default", "fit"] | None = None
     #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
     repeated_call_guard: bool | None = None
+    partials: bool | None = None
+    stop_on_invalid: bool | None = None
     # vLLM's extensions (as in the chat API), so a vLLM client runs unchanged.
     structured_outputs: StructuredOutputs | None = None
     chat_template_kwargs: dict[str, Any] | None = None
@@ -282,6 +285,8 @@ EXTENSIONS = (
     "ignore_eos",
     "budget",
     "repeated_call_guard",
+    "partials",
+    "stop_on_invalid",
     "structured_outputs",
     "chat_template_kwargs",
     "chat_template",
@@ -446,6 +451,18 @@ class TextDoneEvent(ResponseEvent):
     content_index: int = 0
     text: str
     logprobs: list[TokenLogprob] = Field(default_factory=list)
+
+
+class OutputJsonPartialEvent(ResponseEvent):
+    """``response.output_json.partial``, tokenmold's extension (request field ``partials``): the
+    members and elements of the message's JSON that closed with the text delta just before it,
+    each judged against its schema. OpenAI's SDK passes an event type it does not know through."""
+
+    type: Literal["response.output_json.partial"] = "response.output_json.partial"
+    item_id: str
+    output_index: int
+    content_index: int = 0
+    partials: list[Partial]
 
 
 class ArgumentsDeltaEvent(ResponseEvent):

@@ -50,3 +50,13 @@ class SamplingOptions(BaseModel):
         "arguments as JSON): the repeat is dropped, finish_reason 'tool_calls', verdict stop_reason "
         "'repeated_call'. Default: the server's (on unless served with --repeated-call-guard off).",
     )
+    partials: bool = Field(
+        default=False,
+        description="Streaming a JSON answer: each member and element, the moment it closes, judged against the "
+        "schema that applies where it sits (service/partials).",
+    )
+    stop_on_invalid: bool = Field(
+        default=False,
+        description="Streaming a JSON answer: end the generation at the first part judged invalid (verdict "
+        "'invalid', stop_reason 'invalid_part', usage.unspent_tokens).",
+    )

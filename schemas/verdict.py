@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class VerdictStatus(str, enum.Enum):
@@ -35,6 +35,32 @@ class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    unspent_tokens: int | None = Field(
+        default=None,
+        description="With stop_on_invalid, when an invalid part ended the generation: the tokens of its budget "
+        "(max_tokens, or what the context left) it did not spend. Left out otherwise.",
+    )
+
+    #: Keys left out of the JSON while ``None`` (a subclass adds its own).
+    _OPTIONAL: ClassVar[tuple[str, ...]] = ("unspent_tokens",)
+
+    @model_serializer(mode="wrap")
+    def _without_unset_options(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The counts OpenAI's usage has, and an optional one only where it says something."""
+        out: dict[str, Any] = handler(self)
+        for key in self._OPTIONAL:
+            if out.get(key) is None:
+                out.pop(key, None)
+        return out
+
+
+class Partial(BaseModel):
+    """A member or element of a streamed JSON answer, judged the moment it closed."""
+
+    pointer: str = Field(description="JSON Pointer of the value in the answer.")
+    value: Any = Field(description="The value, parsed.")
+    status: VerdictStatus = Field(description="'accepted' or 'invalid' against the schema that applies there.")
+    errors: list[VerdictError] = Field(default_factory=list)
 
 
 class KeywordNote(BaseModel):
@@ -64,7 +90,9 @@ class Verdict(BaseModel):
         "'repetition' (with status 'truncated' and finish_reason 'length') when the repetition guard stopped "
         "an output looping inside one value, whose JSON Pointer is then errors[0].path; 'repeated_call' "
         "(with finish_reason 'stop') when the repeated-call guard ended a tool-call turn at a call identical to "
-        "one it already made: the repeat is dropped and the verdict judges the calls before it.",
+        "one it already made: the repeat is dropped and the verdict judges the calls before it; 'invalid_part' "
+        "(with status 'invalid', finish_reason 'stop') when stop_on_invalid ended the generation at a part "
+        "judged invalid, whose JSON Pointer is then errors[0].path.",
     )
     text: str
     value: Any = Field(default=None, description="The parsed JSON value; only set when accepted.")

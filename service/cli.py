@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -136,6 +137,14 @@ def _generate_flags(gen: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="keys an explicitly open object may get beyond those it lists (default 8)",
+    )
+    own.add_argument(
+        "--partials",
+        action="store_true",
+        help='JSON lines: each member and element as it closes, judged ({"partial": ...}), then {"verdict": ...}',
+    )
+    own.add_argument(
+        "--stop-on-invalid", action="store_true", help="with --partials: end the generation at the first invalid part"
     )
     _add_model(own)
     _add_chat_template(own)
@@ -370,7 +379,10 @@ def _generate(args: argparse.Namespace) -> int:
             seed=args.seed,
             stop=args.stop,
             budget="fit" if args.fit_budget else "default",
+            stop_on_invalid=args.stop_on_invalid,
         )
+        if args.stop_on_invalid and not args.partials:
+            raise ValueError("--stop-on-invalid needs --partials")
     except (ShapeError, ValueError) as exc:
         raise BadInput(_one_line(exc)) from None
     config = RuntimeConfig(
@@ -391,17 +403,33 @@ def _generate(args: argparse.Namespace) -> int:
             await runtime.compile(shape, options)  # refuse a bad shape before the engine starts
             print("tokenmold: starting the engine...", file=sys.stderr, flush=True)
             runtime.start_engine()
-            result = await runtime.generate(Prompt.user(args.prompt), shape, sampling, options)
+            if args.partials:
+                verdict = await _print_partials(runtime, Prompt.user(args.prompt), shape, sampling, options)
+            else:
+                result = await runtime.generate(Prompt.user(args.prompt), shape, sampling, options)
+                verdict = result.completions[0].verdict
+                print(verdict.model_dump_json(indent=2))
         finally:
             runtime.shutdown()
-        verdict = result.completions[0].verdict
-        print(verdict.model_dump_json(indent=2))
         return _STATUS_EXIT[verdict.status.value]
 
     try:
         return asyncio.run(run())
     except (ShapeError, RequestError) as exc:
         raise BadInput(_one_line(exc)) from None
+
+
+async def _print_partials(runtime, prompt, shape, sampling, options):  # -> Verdict
+    """``generate --partials``: one JSON line per part as it closes, then one with the verdict."""
+    from tokenmold.service.partials.answers import partial_answers
+
+    async for step in partial_answers(runtime, prompt, shape, sampling, options):
+        for part in step.partials:
+            print(json.dumps({"partial": part.model_dump(mode="json")}), flush=True)
+        if step.verdict is not None:
+            print(json.dumps({"verdict": step.verdict.model_dump(mode="json")}), flush=True)
+            return step.verdict
+    raise AssertionError("the stream ended without a verdict")
 
 
 def _shape_from_args(args: argparse.Namespace):  # -> grammar.Shape

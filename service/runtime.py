@@ -17,7 +17,7 @@ from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.schemas.verdict import Usage, Verdict
+from tokenmold.schemas.verdict import Partial, Usage, Verdict
 from tokenmold.service.budget_check import check_budget, request_budget
 from tokenmold.service.engine import Engine, EngineConfig
 from tokenmold.service.environment import configure_environment
@@ -181,6 +181,8 @@ class StreamDelta:
     prompt_tokens: int = 0
     #: The tokens the thinking took so far, its end marker included.
     reasoning_tokens: int = 0
+    #: The members and elements that closed in this piece, judged (``service/partials``).
+    partials: list[Partial] = field(default_factory=list)
 
 
 class Runtime:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
-from collections.abc import Coroutine
+from collections.abc import AsyncGenerator, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Verdict
+from tokenmold.service.partials.answers import PartialAnswer, partial_answers
 from tokenmold.service.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
 from tokenmold.service.warm_up import warm_up
 
@@ -71,6 +72,27 @@ class Tokenmold:
             self.runtime.generate(prompt, shape, SamplingOptions(**sampling), CompileOptions(strict=strict))
         )
 
+    def stream(
+        self, prompt: str | Prompt, shape: Shape, *, strict: bool = False, **sampling: Any
+    ) -> Iterator[PartialAnswer]:
+        """Generate a JSON answer and yield it as its parts close, each judged against its schema:
+
+            for partial in tm.stream("Plan a trip.", Shape.from_pydantic(Trip), max_tokens=200):
+                print(partial.partials, partial.model)   # the model's closed fields are set
+
+        Each ``PartialAnswer`` carries the parts that closed in one step, the top-level members
+        accepted so far (``fields``, and ``model`` for a pydantic shape) and, on the last step,
+        the ``verdict``. ``stop_on_invalid=True`` ends the generation at the first invalid part.
+        Leaving the loop early aborts the generation.
+        """
+        prompt = Prompt.user(prompt) if isinstance(prompt, str) else prompt
+        steps = partial_answers(self.runtime, prompt, shape, SamplingOptions(**sampling), CompileOptions(strict=strict))
+        try:
+            while (step := self._call(_next(steps))) is not None:
+                yield step
+        finally:
+            self._call(steps.aclose())
+
     def close(self) -> None:
         self.runtime.shutdown()
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -84,6 +106,11 @@ class Tokenmold:
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+
+async def _next(steps: AsyncGenerator[T, None]) -> T | None:
+    """The next step, or ``None`` at the end (``StopAsyncIteration`` cannot cross threads)."""
+    return await anext(steps, None)
 
 
 async def _start_engine(runtime: Runtime) -> None:

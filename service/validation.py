@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Iterable
 from dataclasses import replace
 from functools import lru_cache
 from typing import Any
@@ -29,7 +30,7 @@ from tokenmold.grammar.structural_tag import schema_tags
 from tokenmold.grammar.toolformats.base import first_repeat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
-from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
+from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.json_validator import schema_validator
 
 #: At most this many errors are listed in one verdict.
@@ -137,14 +138,8 @@ def check_json(
 ) -> tuple[Any, list[VerdictError]]:
     """Parse ``text`` strictly and validate it; returns (value, errors)."""
     try:
-        value = json.loads(
-            text,
-            parse_constant=_reject_constant,
-            parse_float=_finite_float,
-            parse_int=_double_range_int,
-            object_pairs_hook=_reject_duplicates,
-        )
-    except (json.JSONDecodeError, ValueError) as exc:
+        value = parse_json(text)
+    except ValueError as exc:
         return None, [VerdictError(path="", keyword="json", message=f"not valid JSON: {exc}")]
     errors = schema_errors(value, schema)
     if not errors and pydantic_model is not None:
@@ -152,13 +147,36 @@ def check_json(
     return value, errors
 
 
+def parse_json(text: str) -> Any:
+    """``text`` parsed strictly (no NaN or infinities, numbers within a double's range, no duplicate
+    keys); a ``ValueError`` (``json.JSONDecodeError`` among them) says why not."""
+    return json.loads(
+        text,
+        parse_constant=_reject_constant,
+        parse_float=_finite_float,
+        parse_int=_double_range_int,
+        object_pairs_hook=_reject_duplicates,
+    )
+
+
 def schema_errors(value: Any, schema: dict[str, Any] | bool, *, under: str = "") -> list[VerdictError]:
     """``value`` checked against ``schema`` as a document of its own (its ``$ref``s resolve against
     its root); error paths are prefixed with ``under``, the pointer of ``value`` in its output."""
+    return verdict_errors(validator_of(schema).iter_errors(value), under=under)
+
+
+def verdict_errors(errors: Iterable[jsonschema.ValidationError], *, under: str = "") -> list[VerdictError]:
+    """jsonschema's errors as a verdict lists them: the first ``MAX_ERRORS`` in document order, their
+    paths prefixed with ``under`` (the pointer of the value they are about)."""
     return [
         VerdictError(path=under + pointer_to(error.absolute_path), keyword=str(error.validator), message=error.message)
-        for error in _first_errors(_validator(json.dumps(schema, sort_keys=True)).iter_errors(value))
+        for error in _first_errors(errors)
     ]
+
+
+def validator_of(schema: dict[str, Any] | bool) -> jsonschema.protocols.Validator:
+    """The validator of ``schema`` (``json_validator.schema_validator``), built once per schema."""
+    return _validator(json.dumps(schema, sort_keys=True))
 
 
 def first_repeated_call(text: str, calls: ToolCalls) -> int | None:
@@ -321,3 +339,24 @@ def _report_model(report: KeywordReport) -> KeywordReportModel:
     """The compile's keyword report as the verdict carries it: from the report's own ``as_dict``,
     so that the two cannot drift apart (a copy of it here once left out ``narrowed``)."""
     return KeywordReportModel.model_validate(report.as_dict())
+
+
+def judge_stopped(text: str, *, compiled: CompiledShape, usage: Usage, part: Partial) -> Verdict:
+    """The verdict on an output that ``stop_on_invalid`` ended where ``part`` closed invalid: the
+    output is ``invalid`` whatever follows (a part judged invalid makes every answer that holds it
+    invalid), and the first error names the part."""
+    stopped = VerdictError(
+        path=part.pointer,
+        keyword="stop_on_invalid",
+        message=f"generation stopped after {usage.completion_tokens} tokens, at the first invalid part; "
+        f"{usage.unspent_tokens} tokens of the budget were not spent",
+    )
+    return Verdict(
+        status=VerdictStatus.INVALID,
+        finish_reason="stop",
+        stop_reason="invalid_part",
+        text=text,
+        errors=[stopped, *part.errors][:MAX_ERRORS],
+        usage=usage,
+        keywords=_report_model(compiled.report),
+    )

@@ -6,10 +6,13 @@ generation stops, logprobs after the mask, streaming, and bad input refused befo
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
+from typing import Annotated
 
 import pytest
+from closed_parts import parts_of
 from pydantic import BaseModel, ConfigDict, Field
 
 from tokenmold.grammar import Shape
@@ -19,6 +22,7 @@ from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.e2e import TOOL_CALL_SCHEMA
 from tokenmold.service.errors import BudgetTooSmall
 from tokenmold.service.runtime import Prompt
+from tokenmold.service.tokenmold import Tokenmold
 
 pytestmark = pytest.mark.engine
 
@@ -286,3 +290,48 @@ async def test_a_looping_output_is_stopped_early_by_the_repetition_guard(engine_
     assert deltas[-1].verdict is not None and deltas[-1].verdict.stop_reason == "repetition"
     assert deltas[-1].verdict.usage.completion_tokens < 100
     assert all(d.verdict is None for d in deltas[:-1])
+
+
+class Author(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=20)
+    born: int = Field(ge=1000, le=2030)
+
+
+class Book(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    title: str = Field(max_length=30)
+    author: Author
+    tags: list[Annotated[str, Field(max_length=12)]] = Field(min_length=2, max_length=3)
+
+
+async def test_the_python_iterator_fills_a_model_in_as_its_fields_close(engine_runtime) -> None:
+    # A Tokenmold around the session's started runtime (its own would start a second engine); its
+    # calls run on this event loop, where vLLM's output handler lives, from a worker thread.
+    tm = object.__new__(Tokenmold)
+    tm.runtime, tm._loop = engine_runtime, asyncio.get_running_loop()
+    ask = "Describe the novel Dune as JSON: title, author (name, born) and tags."
+    steps = await asyncio.to_thread(
+        lambda: list(tm.stream(ask, Shape.from_pydantic(Book), max_tokens=120, temperature=0))
+    )
+    verdict = steps[-1].verdict
+    assert verdict is not None and verdict.status is VerdictStatus.ACCEPTED, verdict
+    parts = [part for step in steps for part in step.partials]
+    assert [(part.pointer, part.value) for part in parts] == list(parts_of(verdict.value).items())
+    filled = [step.model.model_fields_set for step in steps]
+    assert all(a <= b for a, b in zip(filled, filled[1:], strict=False)) and filled[0] == {"title"}
+    assert steps[-1].model == Book.model_validate(verdict.value)
+    assert isinstance(next(s.model.author for s in steps if "author" in s.model.model_fields_set), Author)
+
+    # Leaving the loop early aborts the generation.
+    aborted = engine_runtime.aborted
+
+    def first_step() -> None:
+        steps = tm.stream(ask, Shape.from_pydantic(Book), max_tokens=120, temperature=0)
+        next(steps)
+        steps.close()
+
+    await asyncio.to_thread(first_step)
+    assert engine_runtime.aborted == aborted + 1

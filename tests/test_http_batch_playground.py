@@ -179,6 +179,11 @@ def _run_in_page(browser, server: str, schema: dict, prompt: str, max_tokens: in
             (m.get_attribute("data-pointer"), m.text) for m in browser.find_elements(By.CSS_SELECTOR, "#output mark")
         ],
         "errors": [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#errors li")],
+        "partials": [
+            (item.get_attribute("data-pointer"), item.get_attribute("data-status"), json.loads(value.text))
+            for item in browser.find_elements(By.CSS_SELECTOR, "#partials li")
+            for value in item.find_elements(By.CLASS_NAME, "value")
+        ],
         "enforced": [li.text for li in browser.find_elements(By.CSS_SELECTOR, "#enforced li")],
         "validated_only": [row.text for row in browser.find_elements(By.CSS_SELECTOR, "#validated-only tbody tr")],
         "curl": browser.find_element(By.ID, "snippet-curl").text,
@@ -186,10 +191,23 @@ def _run_in_page(browser, server: str, schema: dict, prompt: str, max_tokens: in
     }
 
 
-def test_playground_streams_and_shows_the_verdict(browser, server) -> None:
+def test_playground_streams_and_shows_the_verdict(browser, server, client) -> None:
     page = _run_in_page(browser, server, CLOSED, "Name a famous scientist as JSON.", 40)
     assert page["verdict"] == "accepted", page
     assert json.loads(page["output"])["name"] and page["tokens"] > 1  # streamed as separate pieces
+    # Each field with its mark as it closed: the partials the SDK's stream of the same request gets.
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Name a famous scientist as JSON."}],
+        max_tokens=40,
+        temperature=0,
+        stream=True,
+        response_format={"type": "json_schema", "json_schema": {"name": "playground", "schema": CLOSED}},
+        extra_body={"partials": True},
+    )
+    streamed = [p for c in stream if c.choices for p in c.choices[0].delta.model_extra.get("partials") or []]
+    assert page["partials"] == [(p["pointer"], p["status"], p["value"]) for p in streamed]
+    assert [pointer for pointer, _, _ in page["partials"]] == ["/name"]
     assert {"maxLength", "additionalProperties"} <= set(page["enforced"]) and not page["marks"]
     assert "/v1/chat/completions" in page["curl"] and '"maxLength": 20' in page["curl"]
     assert "client.chat.completions.create(" in page["python"] and "max_tokens=40" in page["python"]

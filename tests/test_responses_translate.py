@@ -13,7 +13,7 @@ from tokenmold.grammar import ShapeKind
 from tokenmold.grammar.toolformats import HERMES
 from tokenmold.schemas.openai import ChatUsage
 from tokenmold.schemas.responses import ResponsesRequest
-from tokenmold.schemas.verdict import Usage, Verdict, VerdictError, VerdictStatus
+from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.api.generation import ChunkFrames
 from tokenmold.service.api.responses import ResponsesStream, response_from_chat, response_shell, responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_response, unaccepted
@@ -374,6 +374,18 @@ def test_a_cut_off_stream_ends_incomplete_or_in_422_mode_with_the_error() -> Non
     kind, data = _events(request(), cut, rejected=True)[-1]
     assert kind == "error" and data["error"]["code"] == "unaccepted_output"
     assert data["error"]["validation"][0]["status"] == "truncated"
+
+
+def test_closed_parts_follow_their_text_as_output_json_partial_events() -> None:
+    part = Partial(pointer="/a", value=1, status=VerdictStatus.ACCEPTED)
+    deltas = [StreamDelta(0, '{"a": 1', [1]), StreamDelta(0, "}", [2], verdict=verdict('{"a": 1}'), partials=[part])]
+    events = _events(request(partials=True), deltas)
+    kinds = [kind for kind, _ in events]
+    at = kinds.index("response.output_json.partial")
+    assert kinds[at - 1] == "response.output_text.delta" and events[at - 1][1]["delta"] == "}"
+    assert events[at][1]["partials"] == [part.model_dump(mode="json")]
+    assert events[at][1]["item_id"] == events[-1][1]["response"]["output"][0]["id"]
+    assert kinds.count("response.output_json.partial") == 1
 
 
 def test_chat_frames_are_data_lines_ending_in_done() -> None:

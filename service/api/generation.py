@@ -26,6 +26,7 @@ from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
 from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.api.translate import Plan, unaccepted
 from tokenmold.service.errors import ModelNotFound, RequestError, Unaccepted
+from tokenmold.service.partials.stream import with_partials
 from tokenmold.service.runtime import GenerationResult, Runtime, StreamDelta
 
 T = TypeVar("T")
@@ -115,6 +116,9 @@ class Generation:
         self, request: Request, plan: Plan, *, reject: bool, answer: Callable[[GenerationResult], BaseModel]
     ) -> Response:
         """A whole response; with ``reject``, an unaccepted output is a 422."""
+        for name in ("partials", "stop_on_invalid"):  # parts are judged as a stream closes them
+            if getattr(plan.sampling, name):
+                raise RequestError(f"{name} needs stream: true", param=name)
         self._check_template(plan)
         compiled = await self._compile(request, plan)
         result = await _unless_disconnected(request, self.runtime.generate(plan.prompt, compiled, plan.sampling))
@@ -133,7 +137,12 @@ class Generation:
         ends the stream with an error event (the status line is long gone)."""
         self._check_template(plan)
         compiled = await self._compile(request, plan)
-        deltas = self.runtime.stream(plan.prompt, compiled, plan.sampling)
+        deltas = with_partials(
+            self.runtime.stream(plan.prompt, compiled, plan.sampling),
+            compiled,
+            plan.sampling,
+            context=lambda: self.runtime.engine.max_model_len,
+        )
         first = await anext(deltas)
 
         async def events() -> AsyncIterator[str]:

@@ -75,6 +75,7 @@ from tokenmold.schemas.responses import (
     OutputFunctionCall,
     OutputItem,
     OutputItemEvent,
+    OutputJsonPartialEvent,
     OutputMessage,
     OutputReasoning,
     OutputText,
@@ -346,7 +347,9 @@ class ResponsesStream:
     each is announced (``output_item.added``; a message or reasoning item then opens its one part,
     ``content_part.added``), grows by deltas (``output_text.delta``, ``reasoning_text.delta``,
     ``function_call_arguments.delta``) and is closed (``*.done``, ``content_part.done``,
-    ``output_item.done``) when the next item starts or the output ends. ``response.completed``
+    ``output_item.done``) when the next item starts or the output ends. With ``partials``, a text
+    delta that closes parts of the JSON answer is followed by ``output_json.partial`` with them.
+    ``response.completed``
     (``.incomplete`` when cut off) carries the whole response with its usage and ``validation``.
     Tool calls stream as the chat stream releases them.
     """
@@ -396,6 +399,11 @@ class ResponsesStream:
             if piece.content:
                 logprobs = choice.logprobs.content if choice.logprobs and choice.logprobs.content else []
                 out += self._part_delta("output_text", piece.content, logprobs)
+            if piece.partials and self._open is not None:
+                index = self._open[0]
+                out.append(
+                    OutputJsonPartialEvent(item_id=self.output[index].id, output_index=index, partials=piece.partials)
+                )
             for call in piece.tool_calls or []:
                 out += self._custom_delta(call) if isinstance(call, CustomToolCallDelta) else self._call_delta(call)
             if choice.finish_reason is not None:

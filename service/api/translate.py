@@ -264,6 +264,8 @@ def _sampling(
         "thinking_token_budget": body.thinking_token_budget,
         "budget": body.budget,
         "repeated_call_guard": body.repeated_call_guard,
+        "partials": body.partials,
+        "stop_on_invalid": body.stop_on_invalid,
     }
     return SamplingOptions(**{name: value for name, value in fields.items() if value is not None})
 
@@ -404,7 +406,8 @@ class _StreamState:
     def total_usage(self) -> ChatUsage:
         prompt = next(iter(self.usage.values())).prompt_tokens if self.usage else 0
         completion = sum(u.completion_tokens for u in self.usage.values())
-        return ChatUsage.of(prompt, completion, sum(self.reasoning.values()))
+        unspent = [u.unspent_tokens for u in self.usage.values() if u.unspent_tokens is not None]
+        return ChatUsage.of(prompt, completion, sum(self.reasoning.values()), sum(unspent) if unspent else None)
 
     def count(self, delta: StreamDelta) -> None:
         """Add ``delta``'s tokens to its choice's count (after that choice's opening chunk, which
@@ -475,6 +478,7 @@ class ChatStream:
             reasoning_content=delta.reasoning or None,
             reasoning=delta.reasoning or None,
             tool_calls=tool_calls or None,
+            partials=delta.partials or None,
         )
         logprobs = None
         if delta.logprobs is not None:
@@ -530,7 +534,7 @@ class CompletionStream:
         self._offsets[delta.index] = offset + len(delta.text)
         self.state.prompt_tokens = delta.prompt_tokens
         self.state.count(delta)
-        choice = CompletionChoice(index=delta.index, text=delta.text)
+        choice = CompletionChoice(index=delta.index, text=delta.text, partials=delta.partials or None)
         if delta.logprobs is not None:
             top = self.plan.sampling.logprobs or 0
             choice.logprobs = completion_logprobs(delta.token_ids, delta.logprobs, top, offset)
@@ -538,7 +542,7 @@ class CompletionStream:
             self.state.usage[delta.index] = delta.verdict.usage
             choice.finish_reason = delta.verdict.finish_reason
             choice.validation = validation(delta.verdict)
-        if not (delta.text or choice.finish_reason or choice.logprobs):
+        if not (delta.text or choice.finish_reason or choice.logprobs or choice.partials):
             return []
         return [self._chunk([choice], self.state.usage_so_far(delta.index))]
 

@@ -1,6 +1,7 @@
 // tokenmold playground: a schema, a prompt and sampling options in; the output streamed token by
-// token from /v1/chat/completions (response_format json_schema), then its verdict with each error
-// pointer highlighted in the text, the keyword report, and the same request as curl and Python.
+// token from /v1/chat/completions (response_format json_schema), each field listed with its mark
+// the moment it closes (tokenmold's `partials`), then the verdict with each error pointer
+// highlighted in the text, the keyword report, and the same request as curl and Python.
 // No framework and no build step: this file is served as is by `tokenmold serve`.
 "use strict";
 
@@ -164,7 +165,8 @@ async function run() {
     const response = await fetch("/v1/chat/completions", {
       method: "POST",
       headers: { "Content-Type": "application/json", ...authHeaders() },
-      body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }),
+      // partials: tokenmold's extension, so not in the snippets (the openai SDK would need extra_body).
+      body: JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true }, partials: true }),
       signal: controller.signal,
     });
     if (!response.ok) {
@@ -186,6 +188,7 @@ async function run() {
           tokens += 1;
           $("stats").textContent = `${tokens} tokens, ${((performance.now() - started) / 1000).toFixed(1)} s`;
         }
+        for (const partial of (choice.delta && choice.delta.partials) || []) appendPartial(partial);
         if (choice.validation) validation = choice.validation;
         if (choice.finish_reason) finish = choice.finish_reason;
       }
@@ -226,7 +229,7 @@ async function* events(response) {
 // ------------------------------------------------------------------ rendering
 
 function reset() {
-  for (const id of ["output", "errors", "enforced", "verdict", "finish", "stats"]) $(id).textContent = "";
+  for (const id of ["output", "partials", "errors", "enforced", "verdict", "finish", "stats"]) $(id).textContent = "";
   $("validated-only").querySelector("tbody").textContent = "";
   $("verdict").className = "status";
   for (const id of ["schema-error", "request-error"]) $(id).hidden = true;
@@ -248,6 +251,24 @@ function appendToken(piece) {
   span.className = "tok";
   span.textContent = piece;
   $("output").appendChild(span);
+}
+
+// One closed field: its mark (accepted or invalid, the errors as its title), its pointer, its value.
+function appendPartial(partial) {
+  const item = document.createElement("li");
+  item.dataset.pointer = partial.pointer;
+  item.dataset.status = partial.status;
+  const mark = document.createElement("span");
+  mark.className = `mark ${partial.status}`;
+  mark.textContent = partial.status === "accepted" ? "✓" : "✗";
+  mark.title = (partial.errors || []).map((error) => `${error.keyword}: ${error.message}`).join("\n") || partial.status;
+  const pointer = document.createElement("code");
+  pointer.textContent = partial.pointer;
+  const value = document.createElement("span");
+  value.className = "value";
+  value.textContent = JSON.stringify(partial.value);
+  item.append(mark, pointer, value);
+  $("partials").appendChild(item);
 }
 
 function renderVerdict(text, validation, finish) {
