@@ -63,6 +63,19 @@ def test_json_arguments_take_vllm_dot_notation(model_path: str) -> None:
     assert built(args, model_path).speculative_config == {"method": "ngram", "num_speculative_tokens": 2}
 
 
+def test_the_grammar_cache_reaches_the_engine_beside_vllms_additional_config(tmp_path, model_path: str) -> None:
+    from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
+
+    assert ENGINE_CONFIG_KEY not in built(serve(), model_path).additional_config  # none unless asked
+    args = serve(
+        "--grammar-cache-dir", str(tmp_path),
+        "--grammar-cache-mb", "64",
+        "--additional-config", json.dumps({"someone_elses": 1}),
+    )  # fmt: skip
+    extra = built(args, model_path).additional_config
+    assert extra == {"someone_elses": 1, ENGINE_CONFIG_KEY: {"directory": str(tmp_path), "capacity_bytes": 64 * 2**20}}
+
+
 def test_a_vllm_config_file_is_read(tmp_path) -> None:
     config = tmp_path / "engine.yaml"
     config.write_text("max-num-seqs: 4\nenable-prefix-caching: true\n")
