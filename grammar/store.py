@@ -59,6 +59,16 @@ STALE_TEMP_S = 3600.0
 _SUFFIX = ".grammar"
 _TEMP_PREFIX = ".tmp-"
 _NAMESPACE = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+#: What a plain ``open`` would give a new file (0644 under the usual umask 022).
+_FILE_MODE = 0o666 & ~_umask()
 _log = logging.getLogger(__name__)
 
 
@@ -161,6 +171,7 @@ class GrammarStore:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, temp = tempfile.mkstemp(prefix=_TEMP_PREFIX, dir=path.parent)
             try:
+                os.fchmod(fd, _FILE_MODE)  # mkstemp's 0600 would hide the file from other users' servers
                 with os.fdopen(fd, "wb") as out:
                     out.write(data)
                 os.replace(temp, path)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import stat
 import threading
 from pathlib import Path
 
@@ -30,6 +31,9 @@ def test_a_saved_payload_loads_and_a_missing_one_is_a_miss(tmp_path: Path) -> No
     assert store.load("xgrammar", "k") is None  # namespaces do not share keys
     stats = store.stats()
     assert (stats.hits, stats.misses, stats.writes, stats.rejected) == (1, 2, 1, 0)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert stat.S_IMODE(store.path(NS, "k").stat().st_mode) == 0o666 & ~umask  # readable as a plain file is
     assert [p.relative_to(tmp_path).parent for p in tmp_path.rglob("*.grammar")] == [Path(NS)]
 
 
@@ -161,3 +165,17 @@ def test_an_unwritable_directory_means_misses_not_errors(tmp_path: Path) -> None
     store.save(NS, "k", b"compiled")  # logged, not raised
     assert store.load(NS, "k") is None
     assert store.stats().writes == 0
+
+
+def test_a_servers_store_counters_are_metrics_and_none_without_a_store(tmp_path: Path) -> None:
+    from tokenmold.grammar.cache import CacheStats
+    from tokenmold.service.api.metrics import Metrics
+
+    store = GrammarStore(tmp_path)
+    store.save(NS, "k", b"compiled")
+    store.load(NS, "k")
+    store.load(NS, "other")
+    text = Metrics(CacheStats, store_stats=store.stats).render().decode()
+    for line in ("hits_total 1.0", "misses_total 1.0", "writes_total 1.0", "rejected_total 0.0"):
+        assert f"tokenmold_grammar_store_{line}" in text
+    assert "tokenmold_grammar_store" not in Metrics(CacheStats).render().decode()
