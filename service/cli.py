@@ -11,7 +11,7 @@
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
     tokenmold bench e2e|load|tools|budget|drafts ...
-    tokenmold bench masks|walk|repetition|apply|chain|rows|bfcl ...   (developer benchmarks, from a checkout)
+    tokenmold bench masks|walk|repetition|apply|chain|rows|bfcl|grammar_store ...   (developer benchmarks)
 
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
 5 fitted (``--fit-budget``: valid, but the budget shortened it), 2 bad input (one precise line on
@@ -481,10 +481,10 @@ _BENCHES: dict[str, str] = {
 }
 
 
-#: MaskBench (``masks``), the soundness walks, the mask-path measurements and BFCL's tool calls against
-#: vLLM's own server (``bfcl``): the same commands as
-#: ``python -m benchmarks NAME`` from the repository root.
-_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl")
+#: MaskBench (``masks``), the soundness walks, the mask-path measurements, BFCL's tool calls against
+#: vLLM's own server (``bfcl``) and a restart on the grammar store (``grammar_store``): the same
+#: commands as ``python -m benchmarks NAME`` from the repository root.
+_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl", "grammar_store")
 
 
 def _bench(argv: list[str]) -> int:
