@@ -143,8 +143,9 @@ def test_serve_help_names_every_engine_argument() -> None:
 
 
 def test_python_keyword_arguments_are_engine_arguments() -> None:
-    config = EngineConfig().with_args(enable_prefix_caching=True, max_model_len=512)
+    config = EngineConfig().with_args(enable_prefix_caching=True, max_model_len=512, grammar_cache_dir="/srv/g")
     assert config.max_model_len == 512 and config.engine_args == {"enable_prefix_caching": True}
+    assert config.grammar_cache_dir == "/srv/g"  # Tokenmold(grammar_cache_dir=...): tokenmold's own field
     with pytest.raises(TypeError, match="enable_prefix_cachin"):
         EngineConfig().with_args(enable_prefix_cachin=True)
     with pytest.raises(ValueError, match="--tokenizer cannot apply"):
