@@ -120,7 +120,7 @@ class GrammarStore:
 
     def __init__(
         self,
-        directory: str | Path,
+        directory: str | os.PathLike[str],
         capacity_bytes: int = DEFAULT_CAPACITY_BYTES,
         *,
         versions: Mapping[str, str] | None = None,

@@ -11,6 +11,7 @@ import dataclasses
 import gc
 import itertools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
@@ -93,7 +94,7 @@ class EngineConfig:
     data_parallel_size: int = 1
     reasoning_parser: str | None = None
     forced_drafts: int = 0
-    grammar_cache_dir: str | None = None
+    grammar_cache_dir: str | os.PathLike[str] | None = None
     grammar_cache_bytes: int = DEFAULT_CAPACITY_BYTES
     engine_args: Mapping[str, Any] = field(default_factory=dict)
 
@@ -159,7 +160,8 @@ def vllm_engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
     given = dict(config.engine_args)
     extra = dict(given.pop("additional_config", None) or {})
     if config.grammar_cache_dir is not None:  # read in the engine core (the ``grammar-store`` patch)
-        extra[ENGINE_CONFIG_KEY] = {"directory": config.grammar_cache_dir, "capacity_bytes": config.grammar_cache_bytes}
+        directory = os.fspath(config.grammar_cache_dir)  # a Path too (vLLM hashes this config as JSON)
+        extra[ENGINE_CONFIG_KEY] = {"directory": directory, "capacity_bytes": config.grammar_cache_bytes}
     return AsyncEngineArgs.from_cli_args(argparse.Namespace(**{**base, "additional_config": extra, **given}))
 
 

@@ -74,6 +74,8 @@ def test_the_grammar_cache_reaches_the_engine_beside_vllms_additional_config(tmp
     )  # fmt: skip
     extra = built(args, model_path).additional_config
     assert extra == {"someone_elses": 1, ENGINE_CONFIG_KEY: {"directory": str(tmp_path), "capacity_bytes": 64 * 2**20}}
+    from_python = vllm_engine_args(EngineConfig(grammar_cache_dir=tmp_path), model_path).additional_config
+    assert from_python[ENGINE_CONFIG_KEY]["directory"] == str(tmp_path)  # a Path too: vLLM hashes it as JSON
 
 
 def test_a_vllm_config_file_is_read(tmp_path) -> None:
