@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tokenmold.grammar.backends.llguidance_text import ByteGrammar
 
 #: Bump when the normalizer or grammar generation changes what a key compiles to.
-COMPILER_VERSION = "4"
+COMPILER_VERSION = "5"
 #: The store's namespace of the compile workers' results (``store``).
 STORE_NAMESPACE = "shapes"
 
