@@ -20,7 +20,7 @@ import hashlib
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from functools import cache, cached_property
+from functools import cache
 from typing import Any
 
 from tokenmold.grammar.cache import CompileCache
@@ -56,6 +56,13 @@ class StoredCompiler:
         self._compiler = compiler
         self._store = store
         self._memory: CompileCache[Any] = CompileCache(memory_bytes, lambda grammar: int(grammar.memory_size_bytes))
+        #: The compiler's own tokenizer info (not an attribute of ``GrammarCompiler``): what a
+        #: compiled grammar is bound to, and what a loaded one must be bound to again.
+        self._tokenizer_info = compiler.compile_grammar('root ::= "a"').tokenizer_info
+        #: The whole vocabulary and its metadata: xgrammar's own check on load compares only the
+        #: metadata (vocabulary type and size, stop tokens), not the tokens. Made here, when vLLM
+        #: builds its backend (the warm-up request), not on a shape's first request (~40 ms).
+        self._tokenizer_digest = hashlib.sha256(self._tokenizer_info.serialize_json().encode()).hexdigest()
 
     def compile_grammar(self, grammar: Any, **options: Any) -> Any:
         if not isinstance(grammar, str) or options:
@@ -65,18 +72,6 @@ class StoredCompiler:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._compiler, name)
-
-    @cached_property
-    def _tokenizer_info(self) -> Any:
-        """The compiler's own tokenizer info (not an attribute of ``GrammarCompiler``): what a
-        compiled grammar is bound to, and what a loaded one must be bound to again."""
-        return self._compiler.compile_grammar('root ::= "a"').tokenizer_info
-
-    @cached_property
-    def _tokenizer_digest(self) -> str:
-        """The whole vocabulary and its metadata: xgrammar's own check on load compares only the
-        metadata (vocabulary type and size, stop tokens), not the tokens."""
-        return hashlib.sha256(self._tokenizer_info.serialize_json().encode()).hexdigest()
 
     def _load_or_compile(self, key: str, grammar: str) -> Any:
         import xgrammar as xgr
