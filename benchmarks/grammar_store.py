@@ -68,7 +68,8 @@ def run_grammar_store(argv: list[str] | None = None) -> int:
 
 
 def _server(serve: tuple[str, ...], directory: Path, name: str) -> LiveServer:
-    return LiveServer(*serve, log=directory.parent / f"{directory.name}-{name}.log")
+    # A loaded host can take minutes to start an engine: the bench waits rather than fails.
+    return LiveServer(*serve, log=directory.parent / f"{directory.name}-{name}.log", startup_timeout_s=1200)
 
 
 def _timed(url: str, grammar: str, max_tokens: int) -> float:
