@@ -169,9 +169,12 @@ class XGrammarEngine(BenchEngine):
         self._compiler = xgr.GrammarCompiler(vocab.xgrammar_info, max_threads=1, cache_enabled=False)
 
     def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
+        import xgrammar as xgr
+
         from tokenmold.grammar.backends.xgrammar import XGrammarCompiled
 
-        return XGrammarCompiled(self._compiler.compile_json_schema(json.dumps(schema), strict_mode=self.strict_mode))
+        grammar = xgr.Grammar.from_json_schema(json.dumps(schema), strict_mode=self.strict_mode)
+        return XGrammarCompiled(self._compiler.compile_grammar(grammar), grammar)
 
 
 class XGrammarNonStrictEngine(XGrammarEngine):

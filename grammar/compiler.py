@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ from tokenmold.grammar.layout import DEFAULT_MAX_EXTRA_PROPERTIES, mark_open, na
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
 from tokenmold.grammar.report import KeywordReport
 from tokenmold.grammar.shape import Shape, ShapeKind
+from tokenmold.grammar.store import MIN_COMPILE_S, GrammarStore
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.grammar.vocabulary import Vocabulary
 from tokenmold.grammar.worker import CompileTask, PoolStats, WorkerPool, compile_task, default_workers
@@ -34,7 +35,9 @@ if TYPE_CHECKING:
     from tokenmold.grammar.backends.llguidance_text import ByteGrammar
 
 #: Bump when the normalizer or grammar generation changes what a key compiles to.
-COMPILER_VERSION = "4"
+COMPILER_VERSION = "5"
+#: The store's namespace of the compile workers' results (``store``).
+STORE_NAMESPACE = "shapes"
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,12 @@ class ShapeCompiler:
         (``tokenmold.grammar.guards``), and a JSON shape with an explicitly open object gets the
         duplicate-key guard. ``False``: the grammar engines get the whole schema and the specs ask
         the engine for no guard; validation judges every output either way. Part of the cache key.
+    store:
+        Compiled grammars on disk (``grammar/store.py``), shared with other processes and kept
+        across restarts: what a compile worker returns (the engine's spec) is kept there under the
+        cache key when it took ``MIN_COMPILE_S`` or more, and a shape new to this process is loaded
+        from there before any worker compiles it (``isolation="process"``; an inline compile keeps
+        the token-level grammar, which is not stored).
     """
 
     def __init__(
@@ -148,6 +157,7 @@ class ShapeCompiler:
         queue_timeout_s: float | None = None,
         backend: str = "auto",
         guards: bool = True,
+        store: GrammarStore | None = None,
     ) -> None:
         if isolation not in ("process", "inline"):
             raise ValueError("isolation must be 'process' or 'inline'")
@@ -156,6 +166,7 @@ class ShapeCompiler:
         self.isolation = isolation
         self.backend_name = backend
         self.guards = guards
+        self.store = store
         self._cache: CompileCache[CompiledShape] = CompileCache(cache_bytes, lambda c: c.memory_bytes)
         names = ("llguidance", "xgrammar") if backend == "auto" else (backend,)
         self._pool = (
@@ -229,7 +240,7 @@ class ShapeCompiler:
             kind, json_options = shape.kind.value, None
             payload = list(shape.source) if shape.kind is ShapeKind.CHOICE else shape.source
         token_grammar, spec, memory = self._compile_with(
-            self._backends_for(shape, options), kind, payload, json_options, len(shape.source_bytes)
+            key, self._backends_for(shape, options), kind, payload, json_options, len(shape.source_bytes)
         )
         report = report.for_engine(spec.backend)
         floor = output_floor(normalized, self.vocab) if normalized is not None else None
@@ -262,6 +273,7 @@ class ShapeCompiler:
 
     def _compile_with(
         self,
+        key: str,
         backends: tuple[str, ...],
         kind: str,
         payload: Any,
@@ -274,8 +286,7 @@ class ShapeCompiler:
             task = CompileTask(name, kind, payload, json_options)
             try:
                 if self._pool is not None:
-                    lane = estimate_lane(task, source_bytes)
-                    spec, memory = self._pool.run(task, self.limits.compile_timeout_s, lane)
+                    spec, memory = self._pooled(key, task, source_bytes)
                     return None, spec, memory
                 backend = self._backends.get(name) or self._backends.setdefault(name, get_backend(name)(self.vocab))
                 grammar = compile_task(backend, task)
@@ -286,6 +297,26 @@ class ShapeCompiler:
                 if i == len(backends) - 1:
                     raise
         raise AssertionError("no backend to compile with")
+
+    def _pooled(self, key: str, task: CompileTask, source_bytes: int) -> tuple[EngineSpec, int]:
+        """A compile worker's result for ``task``: from the store when it holds it, else compiled
+        (and stored when it took long enough to be worth loading)."""
+        assert self._pool is not None
+        stored_key = f"{key}\n{task.backend}"
+        stored = self.store.load(STORE_NAMESPACE, stored_key) if self.store is not None else None
+        if stored is not None:
+            try:
+                fields = json.loads(stored)
+                spec = EngineSpec(fields["kind"], fields["text"], fields["backend"], tuple(fields["forced_tokens"]))
+                return spec, int(fields["memory_bytes"])
+            except (ValueError, KeyError, TypeError):  # a payload of another layout: compiled again
+                pass
+        started = time.perf_counter()
+        spec, memory = self._pool.run(task, self.limits.compile_timeout_s, estimate_lane(task, source_bytes))
+        if self.store is not None and time.perf_counter() - started >= MIN_COMPILE_S:
+            fields = {**asdict(spec), "memory_bytes": memory}
+            self.store.save(STORE_NAMESPACE, stored_key, json.dumps(fields).encode())
+        return spec, memory
 
     def _normalize(
         self, schema: dict[str, Any] | bool, *, strict: bool, options: CompileOptions

@@ -6,12 +6,12 @@
                         [--verbose] [--log-level LEVEL]
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
                     [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
-                    [--tool-call-format hermes|llama3|mistral] ...
+                    [--tool-call-format hermes|llama3|mistral] [--grammar-cache-dir DIR] ...
     (serve and generate also take every vLLM engine argument, as vLLM spells it: service/engine_args.py)
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
     tokenmold bench e2e|load|tools|budget|drafts ...
-    tokenmold bench masks|walk|repetition|apply|chain|rows|bfcl ...   (developer benchmarks, from a checkout)
+    tokenmold bench masks|walk|repetition|apply|chain|rows|bfcl|grammar_store ...   (developer benchmarks)
 
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
 5 fitted (``--fit-budget``: valid, but the budget shortened it), 2 bad input (one precise line on
@@ -90,8 +90,9 @@ def engine_config(args: argparse.Namespace, **config: Any) -> EngineConfig:
     flags) and the vLLM engine arguments it gave; one that cannot apply here is ``BadInput``."""
     from tokenmold.service.engine import EngineConfig
 
+    cache = {"grammar_cache_dir": args.grammar_cache_dir, "grammar_cache_bytes": args.grammar_cache_mb * 2**20}
     try:
-        return EngineConfig(model=args.model, dtype=args.dtype, **config).with_args(**args.engine_args)
+        return EngineConfig(model=args.model, dtype=args.dtype, **cache, **config).with_args(**args.engine_args)
     except ValueError as exc:
         raise BadInput(_one_line(exc)) from None
 
@@ -151,6 +152,7 @@ def _generate_flags(gen: argparse.ArgumentParser) -> None:
     _add_repetition_guard(own)
     add_logging(own)
     _add_no_guards(own)
+    _add_grammar_cache(own)
     gen.set_defaults(func=_generate)
 
 
@@ -256,6 +258,7 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         help="draft up to K tokens a grammar forces, verified by vLLM's speculative decoding (default 0: off;"
         " min_p and logit_bias are then refused; not with --speculative-config)",
     )
+    _add_grammar_cache(own)
     add_logging(own, default="uvicorn's at info, the engine's errors only")
     serve.set_defaults(func=_serve)
 
@@ -263,6 +266,25 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
 def _add_model(parser: argparse._ActionsContainer) -> None:
     parser.add_argument("--model", default=None, help="HF folder or model id (default: embedded SmolLM2-135M)")
     _add_dtype(parser)
+
+
+def _add_grammar_cache(parser: argparse._ActionsContainer) -> None:
+    from tokenmold.grammar.store import DEFAULT_CAPACITY_BYTES
+
+    parser.add_argument(
+        "--grammar-cache-dir",
+        default=None,
+        metavar="DIR",
+        help="keep compiled grammars in DIR (local, or shared by several servers): after a restart a known shape"
+        " loads instead of compiling again (default: in memory only)",
+    )
+    parser.add_argument(
+        "--grammar-cache-mb",
+        type=int,
+        default=DEFAULT_CAPACITY_BYTES // 2**20,
+        metavar="MB",
+        help="bound of --grammar-cache-dir in MiB; least recently used grammars go first (default %(default)s)",
+    )
 
 
 def _add_chat_template(parser: argparse._ActionsContainer) -> None:
@@ -487,10 +509,10 @@ _BENCHES: dict[str, str] = {
 }
 
 
-#: MaskBench (``masks``), the soundness walks, the mask-path measurements and BFCL's tool calls against
-#: vLLM's own server (``bfcl``): the same commands as
-#: ``python -m benchmarks NAME`` from the repository root.
-_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl")
+#: MaskBench (``masks``), the soundness walks, the mask-path measurements, BFCL's tool calls against
+#: vLLM's own server (``bfcl``) and a restart on the grammar store (``grammar_store``): the same
+#: commands as ``python -m benchmarks NAME`` from the repository root.
+_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl", "grammar_store")
 
 
 def _bench(argv: list[str]) -> int:

@@ -11,16 +11,19 @@ import dataclasses
 import gc
 import itertools
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from tokenmold.grammar.store import DEFAULT_CAPACITY_BYTES
 from tokenmold.service.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
 from tokenmold.service.engine_args import check_names, refused
 from tokenmold.service.environment import configure_environment, set_kv_cache_space
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
+from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
 
 if TYPE_CHECKING:
     from vllm import RequestOutput, SamplingParams
@@ -66,6 +69,12 @@ class EngineConfig:
     forced_drafts:
         Draft up to this many tokens a grammar forces, verified by vLLM's speculative decoding
         (``service/forced_drafts.py``); 0: off.
+    grammar_cache_dir:
+        A directory (local or shared by several servers) where compiled grammars are kept across
+        restarts: the service's compile results and the engine's xgrammar grammars
+        (``grammar/store.py``); ``None``: in memory only.
+    grammar_cache_bytes:
+        The bound of that directory; least recently used grammars go first.
     engine_args:
         Any other vLLM engine argument by its ``EngineArgs`` name (``enable_prefix_caching``,
         ``quantization``, ``speculative_config``...), given to vLLM as it is on top of the above
@@ -85,6 +94,8 @@ class EngineConfig:
     data_parallel_size: int = 1
     reasoning_parser: str | None = None
     forced_drafts: int = 0
+    grammar_cache_dir: str | os.PathLike[str] | None = None
+    grammar_cache_bytes: int = DEFAULT_CAPACITY_BYTES
     engine_args: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -146,7 +157,12 @@ def vllm_engine_args(config: EngineConfig, model_path: str) -> AsyncEngineArgs:
         # The weights' loading bar is progress at vLLM's INFO level: shown when vLLM logs INFO.
         use_tqdm_on_load=logging.getLogger("vllm").isEnabledFor(logging.INFO),
     )
-    return AsyncEngineArgs.from_cli_args(argparse.Namespace(**{**base, **config.engine_args}))
+    given = dict(config.engine_args)
+    extra = dict(given.pop("additional_config", None) or {})
+    if config.grammar_cache_dir is not None:  # read in the engine core (the ``grammar-store`` patch)
+        directory = os.fspath(config.grammar_cache_dir)  # a Path too (vLLM hashes this config as JSON)
+        extra[ENGINE_CONFIG_KEY] = {"directory": directory, "capacity_bytes": config.grammar_cache_bytes}
+    return AsyncEngineArgs.from_cli_args(argparse.Namespace(**{**base, "additional_config": extra, **given}))
 
 
 class Engine:

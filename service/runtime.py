@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
 from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
+from tokenmold.grammar.store import GrammarStore
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Partial, Usage, Verdict
@@ -220,6 +221,7 @@ class Runtime:
             workers=config.compile_workers,
             queue_timeout_s=config.compile_queue_timeout_s,
             guards=config.guards,
+            store=_store(config.engine),
         )
         self._engine: Engine | None = None
         #: Engine requests aborted because their caller went away (a client disconnect).
@@ -588,3 +590,10 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> Usage:
 
 def _logprobs(logprobs: Any) -> list[dict[int, Any]] | None:
     return list(logprobs) if logprobs is not None else None
+
+
+def _store(engine: EngineConfig) -> GrammarStore | None:
+    """The grammar store the compiler shares with the engine (``EngineConfig.grammar_cache_dir``)."""
+    if engine.grammar_cache_dir is None:
+        return None
+    return GrammarStore(engine.grammar_cache_dir, engine.grammar_cache_bytes)

@@ -5,7 +5,8 @@ Loaded as the ``vllm.general_plugins`` entry point ``tokenmold`` (pyproject.toml
 its own process, so a mismatch is reported before vLLM spawns anything.
 
 Each patch below is one small unit: what vLLM lacks, the vLLM/torch attributes it reads or
-replaces (``Assumption``: where it lives and the parameters it takes), and how it installs.
+replaces (``Assumption``, ``service/vllm_contract.py``: where it lives and the parameters it
+takes), and how it installs.
 ``register()`` checks the installed vLLM release against ``COMPATIBLE_VLLM`` and every assumption
 of every patch, then installs them all; on any difference it raises ``VllmPatchMismatch`` with one
 line naming the patch, what it was written for and what was found, and installs nothing (an engine
@@ -15,14 +16,11 @@ contract test per patch.
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +28,8 @@ from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
 from tokenmold.service.grammar_chain import beside, fill_directly, mask_failed
 from tokenmold.service.heap import freeze_heap
 from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
+from tokenmold.service.vllm_contract import Assumption, Patch, VllmPatchMismatch
+from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY, stored_compiler
 
 if TYPE_CHECKING:
     from tokenmold.grammar.guards.schema_guard import BoundSchema, BoundTable
@@ -37,77 +37,6 @@ if TYPE_CHECKING:
 #: The vLLM releases these patches were written for and tested against (local build tags such as
 #: ``+cpu`` are ignored).
 COMPATIBLE_VLLM: frozenset[str] = frozenset({"0.32.0"})
-
-
-class VllmPatchMismatch(RuntimeError):
-    """The installed vLLM is not the one a patch was written for; the message is one line."""
-
-
-@dataclass(frozen=True)
-class Assumption:
-    """One attribute a patch relies on: ``target`` is ``module:qualified.name``.
-
-    ``parameters`` is the parameter list the patch calls it with or replaces it by (names, ``=``
-    for a default, ``*``/``**`` for variadics), compared with ``inspect.signature`` of what is
-    installed; ``None`` checks only that it exists. ``members`` are attributes the patch reads on
-    it: class attributes, dataclass fields, or instance attributes its source assigns.
-    """
-
-    target: str
-    parameters: str | None = None
-    members: tuple[str, ...] = ()
-
-    def mismatch(self) -> str | None:
-        """What differs from the assumption, or None."""
-        module_name, _, qualname = self.target.partition(":")
-        try:
-            obj: Any = importlib.import_module(module_name)
-            for part in qualname.split("."):
-                obj = getattr(obj, part)
-        except (ImportError, AttributeError):
-            return f"{self.target} is missing"
-        if self.parameters is not None:
-            found = parameter_list(obj)
-            if found != self.parameters:
-                return f"{self.target}{self.parameters} is now {self.target}{found}"
-        absent = [m for m in self.members if not _has_member(obj, m)]
-        if absent:
-            return f"{self.target} has no {', '.join(absent)}"
-        return None
-
-
-def _has_member(obj: Any, name: str) -> bool:
-    if hasattr(obj, name) or name in getattr(obj, "__dataclass_fields__", {}):
-        return True
-    try:
-        source = inspect.getsource(obj)
-    except (OSError, TypeError):
-        return False
-    return f"self.{name} =" in source or f"self.{name}: " in source
-
-
-def parameter_list(obj: Any) -> str:
-    """``(self, a, b=)``: the names and shape of a callable's parameters, without annotations or
-    default values (those may change spelling between releases without changing a call)."""
-    try:
-        parameters = inspect.signature(obj).parameters.values()
-    except (TypeError, ValueError):
-        return "(?)"
-    prefix: dict[Any, str] = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
-    names = [
-        prefix.get(p.kind, "") + p.name + ("=" if p.default is not inspect.Parameter.empty else "") for p in parameters
-    ]
-    return f"({', '.join(names)})"
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One change to vLLM or torch; ``lacks`` says what vLLM lacks that makes it necessary."""
-
-    name: str
-    lacks: str
-    assumes: tuple[Assumption, ...]
-    install: Callable[[], None]
 
 
 def vllm_version() -> str:
@@ -481,6 +410,44 @@ FORCED_DRAFTS = Patch(
 )
 
 
+# --- Patch 6: compiled xgrammar grammars kept on disk -----------------------------------------------
+# vLLM keeps xgrammar's compiled grammars in the engine core's memory only: a restart, or another
+# replica, compiles a heavy grammar again. With a grammar store (``--grammar-cache-dir``, passed in
+# vLLM's ``additional_config``), the backend's compiler loads a grammar kept there before compiling
+# it and keeps what it compiles (``service/xgrammar_store.py``). Without one, nothing changes.
+
+
+def _install_grammar_store() -> None:
+    from vllm.v1.structured_output import backend_xgrammar
+
+    original = backend_xgrammar.XgrammarBackend.__post_init__
+
+    def __post_init__(self: Any) -> None:
+        original(self)
+        extra = self.vllm_config.additional_config
+        settings = extra.get(ENGINE_CONFIG_KEY) if isinstance(extra, dict) else None
+        if settings:
+            self.compiler = stored_compiler(self.compiler, settings)
+
+    __post_init__.__wrapped__ = original  # type: ignore[attr-defined]
+    backend_xgrammar.XgrammarBackend.__post_init__ = __post_init__
+
+
+GRAMMAR_STORE = Patch(
+    name="grammar-store",
+    lacks="compiled grammars kept across engine restarts and shared between engines",
+    assumes=(
+        Assumption(f"{_XGRAMMAR}:XgrammarBackend.__post_init__", "(self)"),
+        Assumption(f"{_XGRAMMAR}:XgrammarBackend", members=("compiler", "vllm_config")),
+        Assumption("vllm.config:VllmConfig", members=("additional_config",)),
+        Assumption("xgrammar:GrammarCompiler.compile_grammar", "(self, grammar, root_rule_name=)"),
+        Assumption("xgrammar:CompiledGrammar", members=("serialize_json", "deserialize_json", "tokenizer_info")),
+        Assumption("xgrammar:TokenizerInfo", members=("serialize_json",)),
+    ),
+    install=_install_grammar_store,
+)
+
+
 #: Every patch, in the order they install.
 PATCHES: tuple[Patch, ...] = (
     LLGUIDANCE_GRAMMARS,
@@ -488,6 +455,7 @@ PATCHES: tuple[Patch, ...] = (
     CPU_BITMASK,
     CPU_GENERATOR_OFFSETS,
     FORCED_DRAFTS,
+    GRAMMAR_STORE,
 )
 
 

@@ -47,13 +47,15 @@ def vocab(model_path: str):
 
 
 @pytest.fixture(scope="session")
-def runtime(model_path: str) -> Iterator[object]:
+def runtime(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A started Runtime (engine + compiler). Async tests share pytest-asyncio's session loop."""
     from tokenmold.service.engine import EngineConfig
     from tokenmold.service.runtime import Runtime, RuntimeConfig
 
-    # A short context keeps the "context full" test's prefill cheap on 2 cores.
-    runtime = Runtime(RuntimeConfig(engine=EngineConfig(max_model_len=1024)))
+    # A short context keeps the "context full" test's prefill cheap on 2 cores; a grammar store of
+    # its own for test_grammar_store_e2e.py.
+    grammars = str(tmp_path_factory.mktemp("grammars"))
+    runtime = Runtime(RuntimeConfig(engine=EngineConfig(max_model_len=1024, grammar_cache_dir=grammars)))
     yield runtime
     runtime.shutdown()
 

@@ -153,6 +153,26 @@ def test_isolated_compile_returns_engine_spec_and_text_grammar(isolated) -> None
     assert date.accepts("2024-05") and not date.accepts("2024-5")
 
 
+def test_a_compiler_new_to_a_shape_loads_its_spec_from_the_store(isolated, tmp_path, monkeypatch) -> None:
+    """What a restarted server's compiler does: its memory is empty, the store holds the shape."""
+    from tokenmold.grammar import compiler
+    from tokenmold.grammar.cache import CompileCache
+    from tokenmold.grammar.store import GrammarStore
+
+    monkeypatch.setattr(compiler, "MIN_COMPILE_S", 0.0)  # keep even a fast compile
+    monkeypatch.setattr(isolated, "store", GrammarStore(tmp_path))
+    shape = Shape.from_regex(r"(cat|dog)-\d{2}")
+    compiled = isolated.compile(shape)
+    assert isolated.store.stats().writes == 1
+    monkeypatch.setattr(isolated, "_cache", CompileCache(2**20, lambda c: c.memory_bytes))  # restarted
+    runs: list[object] = []
+    monkeypatch.setattr(isolated._pool, "run", lambda *args: runs.append(args) or pytest.fail("compiled again"))
+    loaded = isolated.compile(shape)
+    assert loaded.engine_spec == compiled.engine_spec and loaded.memory_bytes == compiled.memory_bytes
+    assert loaded.accepts("dog-42") and not loaded.accepts("cow-42")
+    assert runs == [] and isolated.store.stats().hits == 1
+
+
 def test_slow_compile_is_killed_and_the_worker_replaced(isolated) -> None:
     # Long bounded repetitions take xgrammar 0.2.8 seconds of token-mask precomputation.
     slow = Shape.from_regex('[^"]{1,255}-[^"]{1,255}')

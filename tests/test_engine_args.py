@@ -63,6 +63,21 @@ def test_json_arguments_take_vllm_dot_notation(model_path: str) -> None:
     assert built(args, model_path).speculative_config == {"method": "ngram", "num_speculative_tokens": 2}
 
 
+def test_the_grammar_cache_reaches_the_engine_beside_vllms_additional_config(tmp_path, model_path: str) -> None:
+    from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
+
+    assert ENGINE_CONFIG_KEY not in built(serve(), model_path).additional_config  # none unless asked
+    args = serve(
+        "--grammar-cache-dir", str(tmp_path),
+        "--grammar-cache-mb", "64",
+        "--additional-config", json.dumps({"someone_elses": 1}),
+    )  # fmt: skip
+    extra = built(args, model_path).additional_config
+    assert extra == {"someone_elses": 1, ENGINE_CONFIG_KEY: {"directory": str(tmp_path), "capacity_bytes": 64 * 2**20}}
+    from_python = vllm_engine_args(EngineConfig(grammar_cache_dir=tmp_path), model_path).additional_config
+    assert from_python[ENGINE_CONFIG_KEY]["directory"] == str(tmp_path)  # a Path too: vLLM hashes it as JSON
+
+
 def test_a_vllm_config_file_is_read(tmp_path) -> None:
     config = tmp_path / "engine.yaml"
     config.write_text("max-num-seqs: 4\nenable-prefix-caching: true\n")
@@ -130,8 +145,9 @@ def test_serve_help_names_every_engine_argument() -> None:
 
 
 def test_python_keyword_arguments_are_engine_arguments() -> None:
-    config = EngineConfig().with_args(enable_prefix_caching=True, max_model_len=512)
+    config = EngineConfig().with_args(enable_prefix_caching=True, max_model_len=512, grammar_cache_dir="/srv/g")
     assert config.max_model_len == 512 and config.engine_args == {"enable_prefix_caching": True}
+    assert config.grammar_cache_dir == "/srv/g"  # Tokenmold(grammar_cache_dir=...): tokenmold's own field
     with pytest.raises(TypeError, match="enable_prefix_cachin"):
         EngineConfig().with_args(enable_prefix_cachin=True)
     with pytest.raises(ValueError, match="--tokenizer cannot apply"):

@@ -19,6 +19,7 @@ from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER
 from tokenmold.service import vllm_plugin
 from tokenmold.service.vllm_plugin import PATCHES, Assumption, Patch, VllmPatchMismatch
+from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
 
 
 @pytest.fixture(scope="module")
@@ -206,6 +207,51 @@ def test_the_forced_token_proposer_is_handed_the_batch_before_it_proposes(instal
     drafts = GPUModelRunner.propose_draft_token_ids(runner, scheduler_output, [[5]], *[None] * 7)
     assert drafts == [[7, 8]]
     assert seen == [("bind", batch, requests), ("propose", [[5]])]
+
+
+def _xgrammar_backend(vocab, directory: object = None) -> SimpleNamespace:
+    """What vLLM's ``XgrammarBackend.__post_init__`` reads, with the store's settings in
+    ``additional_config`` when ``directory`` is given (as ``EngineConfig`` passes them)."""
+    from vllm.v1.structured_output import backend_xgrammar
+
+    settings = {ENGINE_CONFIG_KEY: {"directory": str(directory), "capacity_bytes": 2**30}} if directory else {}
+    config = SimpleNamespace(
+        structured_outputs_config=SimpleNamespace(disable_any_whitespace=False),
+        model_config=None,
+        speculative_config=None,
+        additional_config=settings,
+    )
+    backend = SimpleNamespace(vllm_config=config, tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
+    backend_xgrammar.XgrammarBackend.__post_init__(backend)
+    return backend
+
+
+def test_an_engine_keeps_its_xgrammar_grammars_and_a_fresh_one_loads_them(
+    installed, vocab, tmp_path, monkeypatch
+) -> None:
+    import xgrammar as xgr
+    from vllm.v1.structured_output import backend_xgrammar
+    from vllm.v1.structured_output.backend_types import StructuredOutputOptions
+
+    from tokenmold.service import xgrammar_store
+
+    grammar = 'root ::= "cat-" [a-z]{30,80}'  # ~0.1 s to compile: worth keeping
+    assert not isinstance(_xgrammar_backend(vocab).compiler, xgrammar_store.StoredCompiler)  # no store: vLLM's own
+    first = _xgrammar_backend(vocab, tmp_path)
+    compile_grammar = backend_xgrammar.XgrammarBackend.compile_grammar
+    assert compile_grammar(first, StructuredOutputOptions.GRAMMAR, grammar).accept_tokens("r", vocab.encode("cat-ab"))
+    xgrammar_store._writer().submit(lambda: None).result()  # the background write is done
+    assert len(list((tmp_path / xgrammar_store.NAMESPACE).glob("*.grammar"))) == 1
+    compiled: list[object] = []
+    own = xgr.GrammarCompiler.compile_grammar
+    monkeypatch.setattr(xgr.GrammarCompiler, "compile_grammar", lambda c, g, **o: compiled.append(g) or own(c, g, **o))
+    restarted = _xgrammar_backend(vocab, tmp_path)
+    loaded = compile_grammar(restarted, StructuredOutputOptions.GRAMMAR, grammar)
+    assert grammar not in compiled  # loaded from the directory, not compiled
+    assert loaded.accept_tokens("r", vocab.encode("cat-ab"))
+    assert not compile_grammar(restarted, StructuredOutputOptions.GRAMMAR, grammar).accept_tokens(
+        "r", vocab.encode("dog")
+    )
 
 
 def test_another_vllm_release_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -60,9 +60,14 @@ def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle 
     # FastAPI's own /docs and /openapi.json would bypass the API key: the document is served by a
     # router behind it instead.
     app = FastAPI(title="tokenmold", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    generation = Generation(
-        runtime, settings, Metrics(runtime.compiler.cache_stats, runtime.compiler.pool_stats, runtime.engine_stats)
+    store = runtime.compiler.store
+    counters = Metrics(
+        runtime.compiler.cache_stats,
+        runtime.compiler.pool_stats,
+        runtime.engine_stats,
+        store.stats if store is not None else lambda: None,
     )
+    generation = Generation(runtime, settings, counters)
     app.state.generation = generation
     app.state.batches = BatchManager(
         app,

@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from tokenmold.grammar.cache import CacheStats
+from tokenmold.grammar.store import StoreStats
 from tokenmold.grammar.worker import WAIT_BUCKETS, PoolStats
 from tokenmold.schemas.verdict import Verdict
 
@@ -38,6 +39,7 @@ class Metrics:
         cache_stats: Callable[[], CacheStats],
         pool_stats: Callable[[], PoolStats | None] = lambda: None,
         engine_stats: Callable[[], EngineStats | None] = lambda: None,
+        store_stats: Callable[[], StoreStats | None] = lambda: None,
     ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
@@ -64,6 +66,7 @@ class Metrics:
         r.register(_CacheCollector(cache_stats))
         r.register(_PoolCollector(pool_stats))
         r.register(_EngineCollector(engine_stats))
+        r.register(_StoreCollector(store_stats))
         r.register(_VllmCollector())
 
     def observe_verdict(self, verdict: Verdict, *, count_prompt: bool) -> None:
@@ -156,6 +159,27 @@ class _EngineCollector:
         yield CounterMetricFamily(
             "tokenmold_engine_requests_aborted", "Engine requests aborted because the client left.", value=stats.aborted
         )
+
+
+class _StoreCollector:
+    """This server's use of the grammar store on disk (``--grammar-cache-dir``), read at scrape time;
+    the engine's own loads and writes are in its process, not counted here."""
+
+    def __init__(self, stats: Callable[[], StoreStats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Any]:
+        stats = self._stats()
+        if stats is None:
+            return
+        for name, value, text in (
+            ("hits", stats.hits, "Compiled shapes loaded from the grammar store instead of compiled."),
+            ("misses", stats.misses, "Shapes the grammar store did not hold (compiled)."),
+            ("rejected", stats.rejected, "Grammar store files ignored: corrupt, or of other versions."),
+            ("writes", stats.writes, "Compiled shapes written to the grammar store."),
+            ("evictions", stats.evictions, "Grammar store files this server removed for space."),
+        ):
+            yield CounterMetricFamily(f"tokenmold_grammar_store_{name}", text, value=value)
 
 
 class _VllmCollector:
