@@ -26,6 +26,7 @@ from tokenmold.grammar.layout import DEFAULT_MAX_EXTRA_PROPERTIES, mark_open, na
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
 from tokenmold.grammar.report import KeywordReport
 from tokenmold.grammar.shape import Shape, ShapeKind
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.grammar.vocabulary import Vocabulary
 from tokenmold.grammar.worker import CompileTask, PoolStats, WorkerPool, compile_task, default_workers
@@ -254,6 +255,8 @@ class ShapeCompiler:
             return ("llguidance",)
         if shape.kind is ShapeKind.STRUCTURAL_TAG:  # whatever the backend: xgrammar's own format
             return ("xgrammar",)
+        if shape.kind is ShapeKind.TOOLS and isinstance(shape.source.tool_format, RegistryFormat):
+            return ("xgrammar",)  # the registries' formats are structural tags too
         if self.backend_name != "auto":
             return (self.backend_name,)
         if shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS):

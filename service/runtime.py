@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
 from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Partial, Usage, Verdict
@@ -520,9 +521,11 @@ class Runtime:
 
     def repeated_call_guard(self, compiled: CompiledShape | None, sampling: SamplingOptions) -> bool:
         """Whether the repeated-call guard watches a request: tool calls that may be several
-        (``parallel_tool_calls``), unless the request or the server turned it off."""
+        (``parallel_tool_calls``) in a format written by tokenmold (the guard follows its one call
+        syntax; a registry's format is the registry's tag), unless the request or the server
+        turned it off."""
         calls = compiled.shape.source if compiled is not None else None
-        if not isinstance(calls, ToolCalls) or not calls.parallel:
+        if not isinstance(calls, ToolCalls) or not calls.parallel or isinstance(calls.tool_format, RegistryFormat):
             return False
         wanted = sampling.repeated_call_guard
         return self.config.repeated_call_guard if wanted is None else wanted
