@@ -317,10 +317,14 @@ def registry_tag(calls: ToolCalls, options: JsonOptions) -> dict[str, Any]:
             f"mistral); {fmt.name} is the registry's",
             keyword="tools",
         )
+    # Compact JSON (no free whitespace): several of vLLM's parsers read a call with a regular
+    # expression whose ``.`` stops at a line break (DeepSeek V3.1's), as the family's models write it.
     grammars = {
         json.dumps(tool.parameters, sort_keys=True): str(
             _json_grammar(
-                tool.parameters, replace(options, strict_properties=tool.strict), pointer=f"/tools/{i}/parameters"
+                tool.parameters,
+                replace(options, strict_properties=tool.strict, max_whitespace=0),
+                pointer=f"/tools/{i}/parameters",
             )
         )
         for i, tool in enumerate(calls.tools)
