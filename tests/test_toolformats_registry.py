@@ -113,3 +113,19 @@ def _parsed(call):
     from tokenmold.grammar.toolformats import ParsedCall
 
     return ParsedCall(call.function.name, call.function.arguments)
+
+
+@pytest.mark.parametrize(("name", "model"), [("hermes", "hermes"), ("llama3", "llama")])
+def test_the_written_formats_spell_calls_as_the_registry_does(name, model) -> None:
+    """Hermes and Llama 3 keep their one ``CallSyntax`` (fitting and the guard follow it): it is
+    the registry's own spelling of a call, the first of vLLM's tags for that model."""
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionToolsParam
+    from vllm.tool_parsers.structural_tag_registry import get_model_structural_tag
+    from vllm.tool_parsers.tool_strict_level import ToolStrictLevel
+
+    tool = ChatCompletionToolsParam(type="function", function={"name": "get_weather", "parameters": WEATHER})
+    tag = get_model_structural_tag(model, [tool], "auto", False, strict_level=ToolStrictLevel.PARAMETER)
+    assert tag is not None
+    first = tag.model_dump(mode="json")["format"]["tags"][0]
+    syntax = FORMATS[name].syntax
+    assert (first["begin"], first["end"]) == (syntax.begin("get_weather"), syntax.call_end)
