@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from tokenmold.grammar.toolformats.base import CallDelta, ParsedCall, SplitText, StreamPiece, ToolCallStream, ToolFormat
 from tokenmold.grammar.toolformats.families import REGISTRY_FORMATS
+from tokenmold.grammar.toolformats.harmony import HarmonyFormat
 from tokenmold.grammar.toolformats.hermes import HermesFormat
 from tokenmold.grammar.toolformats.llama3 import Llama3Format
 from tokenmold.grammar.toolformats.mistral import MistralFormat
@@ -22,7 +23,9 @@ LLAMA3 = Llama3Format()
 #: Every format by name, in the order ``detect_tool_format`` tries them (the registries' families
 #: first: GLM's and Qwen3-Coder's templates show Hermes's ``<tool_call>`` too; Hermes last: the
 #: default).
-FORMATS: dict[str, ToolFormat] = {f.name: f for f in (*REGISTRY_FORMATS, MistralFormat(), LLAMA3, HERMES)}
+FORMATS: dict[str, ToolFormat] = {
+    f.name: f for f in (HarmonyFormat(), *REGISTRY_FORMATS, MistralFormat(), LLAMA3, HERMES)
+}
 #: vLLM's parser name for Llama 3's JSON calls.
 FORMATS["llama3_json"] = LLAMA3
 

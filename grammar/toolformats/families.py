@@ -20,7 +20,8 @@ Calls = list[tuple[str, Any]]
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
+    """Compact, as the grammar writes arguments."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text(value: Any) -> str:
@@ -96,12 +97,17 @@ def _pythonic(calls: Calls) -> str:
     return f"[{written}]"
 
 
+def _envelope(name: str, arguments: Any) -> str:
+    """A ``{"name", "arguments"}`` call object as the registries' tags spell it."""
+    return f'{{"name": {_json(name)}, "arguments": {_json(arguments)}}}'
+
+
 def _granite(calls: Calls) -> str:
-    return GRANITE_TOOL_CALL + _json([{"name": name, "arguments": arguments} for name, arguments in calls])
+    return f"{GRANITE_TOOL_CALL}[{', '.join(_envelope(name, arguments) for name, arguments in calls)}]"
 
 
 def _hermes(calls: Calls) -> str:
-    return "".join(f"<tool_call>\n{_json({'name': n, 'arguments': a})}\n</tool_call>" for n, a in calls)
+    return "".join(f"<tool_call>\n{_envelope(name, arguments)}\n</tool_call>" for name, arguments in calls)
 
 
 _DEEPSEEK = (

@@ -109,8 +109,8 @@ class RegistryFormat(ToolFormat):
         as a partial call: neither is an answer); the text before it is parsed alone."""
         end = text.rfind(self.call_close)
         cut = text.find(self.call_open, end + len(self.call_close) if end >= 0 else 0)
-        extracted = self._parser().extract_tool_calls(text if cut < 0 else text[:cut], _request(self.bound))
-        calls = [_canonical(c.function.name, c.function.arguments) for c in extracted.tool_calls]
+        extracted = self._parser().extract_tool_calls(text if cut < 0 else text[:cut], parser_request(self.bound))
+        calls = [canonical_call(c.function.name, c.function.arguments) for c in extracted.tool_calls]
         return SplitText(extracted.content or "", calls, unclosed=None if cut < 0 else text[cut:])
 
     def describe(self) -> str:
@@ -127,7 +127,7 @@ class RegistryFormat(ToolFormat):
         return RegistryStream(self, parser=self._parser(), tokenizer=MarkerTokenizer(self.markers))
 
     def _parser(self) -> Any:
-        return _parser_class(self.name)(MarkerTokenizer(self.markers), _request(self.bound).tools)
+        return _parser_class(self.name)(MarkerTokenizer(self.markers), parser_request(self.bound).tools)
 
 
 @dataclass
@@ -147,7 +147,7 @@ class RegistryStream(ToolCallStream):
         assert isinstance(self.format, RegistryFormat)
         self.text += delta
         ready = len(self.text) - partial_suffix(self.text, self.tokenizer.markers)
-        request = _request(self.format.bound)
+        request = parser_request(self.format.bound)
         grown: dict[int, CallDelta] = {}
         for token in self.tokenizer.encode(self.text[len(self.fed) : ready]):
             piece = self.tokenizer.decode([token])
@@ -186,7 +186,7 @@ def _object(parameters: Any) -> dict[str, Any]:
     return parameters if isinstance(parameters, dict) else {"type": "object"}
 
 
-def _canonical(name: str, arguments: str) -> str:
+def canonical_call(name: str, arguments: str) -> str:
     """A parsed call as the JSON text validation reads, its arguments as the parser gave them."""
     return f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {arguments}}}'
 
@@ -199,7 +199,7 @@ def _parser_class(name: str) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _request(bound: tuple[tuple[str, str], ...]) -> Any:
+def parser_request(bound: tuple[tuple[str, str], ...]) -> Any:
     """The request vLLM's parsers read: only its tools matter to them."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
