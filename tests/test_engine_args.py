@@ -107,7 +107,7 @@ def test_vllm_tool_call_parsers_map_onto_tokenmold_formats(capsys: pytest.Captur
     assert "invalid choice: 'pythonic'" in error and "llama3_json" in error
     # Every family by vLLM's parser name, under both flags and in --help.
     families = {"hermes", "qwen3_coder", "llama3_json", "llama4_pythonic", "mistral", "deepseek_v31", "kimi_k2"}
-    families |= {"glm45", "granite", "minimax_m2", "deepseek_v3", "glm47"}
+    families |= {"glm45", "openai", "granite", "minimax_m2", "deepseek_v3", "glm47"}
     help_text = " ".join(_parser()._subparsers._group_actions[0].choices["serve"].format_help().split())  # type: ignore[union-attr]
     for name in families:
         assert name in help_text
