@@ -224,6 +224,9 @@ class ShapeCompiler:
             )
         elif shape.kind is ShapeKind.TOOLS:
             calls, report = self._normalize_tools(shape.source, options)
+            if isinstance(calls.tool_format, RegistryFormat):
+                fmt = calls.tool_format.prepared(calls.tools, required=calls.required, parallel=calls.parallel)
+                calls = replace(calls, tool_format=fmt)
             kind, payload, json_options = "tools", calls, JsonOptions(max_whitespace=options.max_whitespace)
         else:
             self._check_text_limits(shape)

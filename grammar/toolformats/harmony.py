@@ -43,6 +43,8 @@ class HarmonyFormat(RegistryFormat):
     render: Any = field(default=_render, compare=False)
 
     def structural_tag(self, tools: Any, *, required: bool, parallel: bool) -> dict[str, Any]:
+        if self.tag:
+            return dict(json.loads(self.tag))
         import vllm.parser.harmony  # noqa: F401  (registers the "harmony" builder)
 
         # One call per turn in Harmony's tag: parallel_tool_calls changes nothing.

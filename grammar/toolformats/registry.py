@@ -63,6 +63,8 @@ class RegistryFormat(ToolFormat):
     #: The request's tools as ``(name, parameters as JSON)``: parsers convert argument values by
     #: their schema (Qwen3-Coder's XML parameters are text), so parsing needs them (``bind``).
     bound: tuple[tuple[str, str], ...] = ()
+    #: The tag built for one request (``prepared``), as JSON text.
+    tag: str = ""
 
     def __post_init__(self) -> None:
         # Markers are special tokens in the family's vocabulary: the detokenizer must keep them.
@@ -75,9 +77,18 @@ class RegistryFormat(ToolFormat):
     def bind(self, tools: Sequence[Tool]) -> RegistryFormat:
         return replace(self, bound=tuple((t.name, json.dumps(t.parameters, sort_keys=True)) for t in tools))
 
+    def prepared(self, tools: Sequence[Tool], *, required: bool, parallel: bool) -> RegistryFormat:
+        """This format with its tag for ``tools`` built now, in the calling process: the compile
+        worker, under its time limit, then only compiles it (vLLM's registry takes seconds to
+        import in a fresh process)."""
+        tag = self.structural_tag(tools, required=required, parallel=parallel)
+        return replace(self, tag=json.dumps(tag, ensure_ascii=False))
+
     def structural_tag(self, tools: Sequence[Tool], *, required: bool, parallel: bool) -> dict[str, Any]:
         """The grammar of the calls as xgrammar's structural-tag ``format`` (plain data), built from
-        ``tools`` (parameters already normalized)."""
+        ``tools`` (parameters already normalized), or the one ``prepared`` built."""
+        if self.tag:
+            return dict(json.loads(self.tag))
         if self.build_tag is not None:
             return self.build_tag(tools, required, parallel)
         from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionToolsParam
