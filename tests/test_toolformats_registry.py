@@ -83,6 +83,14 @@ def test_a_call_cut_off_is_never_returned(name) -> None:
     assert fmt.split(text[: len(text) * 2 // 3]).unclosed is not None
 
 
+@pytest.mark.parametrize("name", ["deepseek_v31", "kimi_k2", "minimax_m2", "qwen3_coder", "glm45"])
+def test_the_calls_before_one_cut_off_stand(name) -> None:
+    fmt = bound(name)
+    text = fmt.render_calls([CALL, ("get_weather", {"city": "Rome", "days": 1})])
+    cut = tool_answer(verdict(text[: len(text) - len(text) // 4], finish="length"), tool_format=fmt)
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in cut.tool_calls or []] == [CALL]
+
+
 def test_budget_fit_is_refused_up_front_for_a_registry_format(inline) -> None:
     from tokenmold.service.fit import _fit_target
 

@@ -133,20 +133,20 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         name="deepseek_v3",
         markers=_DEEPSEEK,
         detect=("<｜tool▁calls▁begin｜>", "```json"),
-        call_open=_DEEPSEEK[0],
-        call_close=_DEEPSEEK[1],
+        call_open=_DEEPSEEK[2],
+        call_close=_DEEPSEEK[3],
         render=_deepseek_v3,
     ),
     RegistryFormat(
         name="deepseek_v31",
         markers=_DEEPSEEK,
         detect=("<｜tool▁calls▁begin｜>",),
-        call_open=_DEEPSEEK[0],
-        call_close=_DEEPSEEK[1],
+        call_open=_DEEPSEEK[2],
+        call_close=_DEEPSEEK[3],
         render=_deepseek_v31,
     ),
     RegistryFormat(
-        name="kimi_k2", markers=_KIMI, detect=(_KIMI[0],), call_open=_KIMI[0], call_close=_KIMI[1], render=_kimi
+        name="kimi_k2", markers=_KIMI, detect=(_KIMI[0],), call_open=_KIMI[2], call_close=_KIMI[4], render=_kimi
     ),
     RegistryFormat(
         name="glm45", markers=_GLM, detect=("<arg_key>",), call_open=_GLM[0], call_close=_GLM[1], render=_glm
@@ -156,8 +156,8 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         name="minimax_m2",
         markers=("<minimax:tool_call>", "</minimax:tool_call>"),
         detect=("<minimax:tool_call>",),
-        call_open="<minimax:tool_call>",
-        call_close="</minimax:tool_call>",
+        call_open="<invoke name=",
+        call_close="</invoke>",
         render=_minimax,
     ),
     RegistryFormat(

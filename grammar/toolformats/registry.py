@@ -46,10 +46,11 @@ class RegistryFormat(ToolFormat):
 
     ``markers``: the family's special tokens (one token each in its vocabulary; see
     ``marker_tokens``); ``detect``: texts that all appear in a chat template that teaches the
-    format; ``call_open``/``call_close``: what opens and closes the calls in the text (opened and
-    not closed: cut off); ``render``: calls written as the family writes them (earlier calls in a
-    prompt whose template cannot render tools, and the instruction's example); ``build_tag``: the
-    format's own tag where no registry has one.
+    format; ``call_open``/``call_close``: what opens and closes one call in the text (each call's
+    own markers where the family has them, so that the calls before one cut off stand);
+    ``render``: calls written as the family writes them (earlier calls in a prompt whose template
+    cannot render tools, and the instruction's example); ``build_tag``: the format's own tag where
+    no registry has one.
     """
 
     markers: tuple[str, ...] = ()
