@@ -22,7 +22,7 @@ import xgrammar as xgr
 
 from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
-from tokenmold.grammar.json_layout import COMPACT, JsonLayout
+from tokenmold.grammar.json_layout import ARGUMENTS, COMPACT, JsonLayout
 from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
 from tokenmold.grammar.toolformats.registry import RegistryFormat
 
@@ -317,14 +317,16 @@ def registry_tag(calls: ToolCalls, options: JsonOptions) -> dict[str, Any]:
             f"mistral); {fmt.name} is the registry's",
             keyword="tools",
         )
-    # Compact JSON (no free whitespace): several of vLLM's parsers read a call with a regular
-    # expression whose ``.`` stops at a line break (DeepSeek V3.1's), as the family's models write it.
+    # One layout, ``json.dumps``' (``json_layout.ARGUMENTS``), not the free one of the written
+    # formats: several of vLLM's parsers read a call with a regular expression whose ``.`` stops at
+    # a line break (DeepSeek V3.1's).
     grammars = {
         json.dumps(tool.parameters, sort_keys=True): str(
             _json_grammar(
                 tool.parameters,
-                replace(options, strict_properties=tool.strict, max_whitespace=0),
+                replace(options, strict_properties=tool.strict),
                 pointer=f"/tools/{i}/parameters",
+                layout=ARGUMENTS,
             )
         )
         for i, tool in enumerate(calls.tools)

@@ -10,9 +10,9 @@ system message, from the same writer).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.toolformats.written_tags import GRANITE_TOOL_CALL, granite_tag, pythonic_tag
 
@@ -20,8 +20,8 @@ Calls = list[tuple[str, Any]]
 
 
 def _json(value: Any) -> str:
-    """Compact, as the grammar writes arguments."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """As the grammar lays out arguments (``json_layout.ARGUMENTS``)."""
+    return ARGUMENTS.dumps(value)
 
 
 def _text(value: Any) -> str:

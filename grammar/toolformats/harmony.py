@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.grammar.toolformats.base import CallDelta, SplitText, StreamPiece, ToolCallStream, partial_suffix
 from tokenmold.grammar.toolformats.registry import RegistryFormat, canonical_call, parser_request
 
@@ -25,13 +26,9 @@ MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>"
 
 def _render(calls: list[tuple[str, Any]]) -> str:
     return "".join(
-        f" {RECIPIENT}{name}<|channel|>commentary json<|message|>{_compact(arguments)}<|end|>"
+        f" {RECIPIENT}{name}<|channel|>commentary json<|message|>{ARGUMENTS.dumps(arguments)}<|end|>"
         for name, arguments in calls
     )
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
