@@ -27,6 +27,7 @@ from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
 from tokenmold.grammar.report import KeywordReport
 from tokenmold.grammar.shape import Shape, ShapeKind
 from tokenmold.grammar.store import MIN_COMPILE_S, GrammarStore
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.grammar.vocabulary import Vocabulary
 from tokenmold.grammar.worker import CompileTask, PoolStats, WorkerPool, compile_task, default_workers
@@ -234,6 +235,9 @@ class ShapeCompiler:
             )
         elif shape.kind is ShapeKind.TOOLS:
             calls, report = self._normalize_tools(shape.source, options)
+            if isinstance(calls.tool_format, RegistryFormat):
+                fmt = calls.tool_format.prepared(calls.tools, required=calls.required, parallel=calls.parallel)
+                calls = replace(calls, tool_format=fmt)
             kind, payload, json_options = "tools", calls, JsonOptions(max_whitespace=options.max_whitespace)
         else:
             self._check_text_limits(shape)
@@ -265,6 +269,8 @@ class ShapeCompiler:
             return ("llguidance",)
         if shape.kind is ShapeKind.STRUCTURAL_TAG:  # whatever the backend: xgrammar's own format
             return ("xgrammar",)
+        if shape.kind is ShapeKind.TOOLS and isinstance(shape.source.tool_format, RegistryFormat):
+            return ("xgrammar",)  # the registries' formats are structural tags too
         if self.backend_name != "auto":
             return (self.backend_name,)
         if shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS):

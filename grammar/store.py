@@ -135,6 +135,11 @@ class GrammarStore:
         self._estimate = 0
         self._scanned_at = float("-inf")
 
+    @classmethod
+    def of(cls, directory: str | Path | None, capacity_bytes: int) -> GrammarStore | None:
+        """The store in ``directory``; ``None`` where no directory is configured."""
+        return None if directory is None else cls(directory, capacity_bytes)
+
     def path(self, namespace: str, key: str) -> Path:
         """Where ``key``'s file is (or would be)."""
         if not _NAMESPACE.fullmatch(namespace):

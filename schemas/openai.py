@@ -322,6 +322,9 @@ class ChatCompletionRequest(GenerationRequest):
     tools: list[AnyToolDefinition] | None = None
     tool_choice: AnyToolChoice | None = None
     parallel_tool_calls: bool = True
+    #: tokenmold's extension: the tool-call format of this request by vLLM's parser name, instead
+    #: of the server's (docs/api.md); for serving one model under several names, and for tests.
+    tool_call_format: str | None = None
     #: vLLM's extension: extra variables for the chat template (e.g. ``enable_thinking``).
     chat_template_kwargs: dict[str, Any] | None = None
     #: vLLM's extension: a chat template of the request's own (needs --trust-request-chat-template).

@@ -304,28 +304,15 @@ def _add_tool_call_format(parser: argparse._ActionsContainer) -> None:
         "--tool-call-format",
         default=None,
         choices=sorted(FORMATS),
-        help="how the model writes tool calls (default: detected from its chat template; hermes if none)",
+        help="how the model writes tool calls, by vLLM's tool-call parser name (default: detected from its chat "
+        "template; hermes if none)",
     )
     either.add_argument(
         "--tool-call-parser",
         dest="tool_call_format",
-        type=_tool_call_parser,
-        metavar="{" + ",".join(_VLLM_TOOL_PARSERS) + "}",
-        help="vLLM's name for --tool-call-format",
+        choices=sorted(FORMATS),
+        help="vLLM's flag for --tool-call-format (the same names)",
     )
-
-
-#: vLLM's tool-call parsers that write tool calls as one of tokenmold's formats.
-_VLLM_TOOL_PARSERS = {"hermes": "hermes", "llama3_json": "llama3", "mistral": "mistral"}
-
-
-def _tool_call_parser(value: str) -> str:
-    if value not in _VLLM_TOOL_PARSERS:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not one of tokenmold's tool-call formats; the vLLM parsers it has are "
-            + ", ".join(f"{name} (--tool-call-format {own})" for name, own in _VLLM_TOOL_PARSERS.items())
-        )
-    return _VLLM_TOOL_PARSERS[value]
 
 
 def _add_dtype(parser: argparse._ActionsContainer) -> None:

@@ -25,6 +25,7 @@ from tokenmold.grammar.fit.replay import FitOutcome, replay
 from tokenmold.grammar.fit.schema import CallLayout, first_byte_kinds
 from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
 from tokenmold.grammar.json_layout import ARGUMENTS
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.service.errors import FitUnplannable, RequestError
 from tokenmold.service.repetition import RepetitionGuard
@@ -139,6 +140,12 @@ def _calls_layout(calls: ToolCalls) -> Any:
     auto``, free text that a call may interrupt (it may end anywhere; a call begun must close), or
     the calls or a JSON answer (a response format given with the tools), told apart by the first
     byte. A 400 naming ``budget`` for a layout the tracker cannot follow."""
+    if isinstance(calls.tool_format, RegistryFormat):
+        raise FitUnplannable(
+            f"budget 'fit' with tools needs a tool-call format written by tokenmold (hermes, llama3_json, mistral): "
+            f"the fit planner follows one call syntax, and {calls.tool_format.name}'s is the registry's structural tag",
+            param="budget",
+        )
     syntax = calls.tool_format.syntax
     begins = tuple(syntax.begin(tool.name).encode() for tool in calls.tools)
     if calls.arguments_layout is None:

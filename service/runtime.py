@@ -16,6 +16,7 @@ from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, Shap
 from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
 from tokenmold.grammar.store import GrammarStore
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Partial, Usage, Verdict
@@ -221,7 +222,7 @@ class Runtime:
             workers=config.compile_workers,
             queue_timeout_s=config.compile_queue_timeout_s,
             guards=config.guards,
-            store=_store(config.engine),
+            store=GrammarStore.of(config.engine.grammar_cache_dir, config.engine.grammar_cache_bytes),
         )
         self._engine: Engine | None = None
         #: Engine requests aborted because their caller went away (a client disconnect).
@@ -522,9 +523,11 @@ class Runtime:
 
     def repeated_call_guard(self, compiled: CompiledShape | None, sampling: SamplingOptions) -> bool:
         """Whether the repeated-call guard watches a request: tool calls that may be several
-        (``parallel_tool_calls``), unless the request or the server turned it off."""
+        (``parallel_tool_calls``) in a format written by tokenmold (the guard follows its one call
+        syntax; a registry's format is the registry's tag), unless the request or the server
+        turned it off."""
         calls = compiled.shape.source if compiled is not None else None
-        if not isinstance(calls, ToolCalls) or not calls.parallel:
+        if not isinstance(calls, ToolCalls) or not calls.parallel or isinstance(calls.tool_format, RegistryFormat):
             return False
         wanted = sampling.repeated_call_guard
         return self.config.repeated_call_guard if wanted is None else wanted
@@ -590,10 +593,3 @@ def _usage(prompt_tokens: int, completion_tokens: int) -> Usage:
 
 def _logprobs(logprobs: Any) -> list[dict[int, Any]] | None:
     return list(logprobs) if logprobs is not None else None
-
-
-def _store(engine: EngineConfig) -> GrammarStore | None:
-    """The grammar store the compiler shares with the engine (``EngineConfig.grammar_cache_dir``)."""
-    if engine.grammar_cache_dir is None:
-        return None
-    return GrammarStore(engine.grammar_cache_dir, engine.grammar_cache_bytes)

@@ -37,7 +37,8 @@ from tokenmold.service.errors import RequestError
 def tool_shape(
     tools: list[ToolDefinition], choice: ToolChoice, parallel: bool, *, tool_format: ToolFormat
 ) -> Shape | None:
-    """The shape of the answer for ``choice`` in ``tool_format``; ``None`` for ``"none"`` (plain text)."""
+    """The shape of the answer for ``choice`` in ``tool_format`` (bound to ``tools``: a registry's
+    parser reads argument values by their schema); ``None`` for ``"none"`` (plain text)."""
     if choice == "none":
         return None
     defined = [
@@ -48,6 +49,7 @@ def tool_shape(
         )
         for t in tools
     ]
+    tool_format = tool_format.bind(defined)
     if isinstance(choice, NamedToolChoice):
         chosen = [tool for tool in defined if tool.name == choice.function.name]
         if not chosen:

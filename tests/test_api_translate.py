@@ -451,3 +451,17 @@ def test_reject_header_overrides_the_server_setting(client) -> None:
 def test_stream_options_are_optional() -> None:
     assert chat(stream=True).stream_options is None
     assert chat(stream=True, stream_options={"include_usage": True}).stream_options == StreamOptions(include_usage=True)
+
+
+def test_a_request_picks_its_tool_call_format_by_vllm_parser_name() -> None:
+    from tokenmold.service.model_info import ModelInfo
+
+    model = ModelInfo("m", None, 49152, None, [], HERMES)
+    tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]
+    plan = chat_plan(chat(tools=tools, tool_choice="required", tool_call_format="kimi_k2"), model)
+    assert plan.tool_format is not None and plan.tool_format.name == "kimi_k2"
+    assert "<|tool_calls_section_begin|>" in plan.prompt.messages[0]["content"]  # the instruction's syntax
+    assert chat_plan(chat(tools=tools, tool_choice="required"), model).tool_format is not None
+    with pytest.raises(RequestError) as unknown:
+        chat_plan(chat(tools=tools, tool_call_format="pythonic"), model)
+    assert unknown.value.param == "tool_call_format" and "llama4_pythonic" in str(unknown.value)

@@ -114,12 +114,23 @@ def test_harmless_values_of_those_flags_pass(model_path: str) -> None:
 
 
 def test_vllm_tool_call_parsers_map_onto_tokenmold_formats(capsys: pytest.CaptureFixture[str]) -> None:
-    assert serve("--tool-call-parser", "llama3_json").tool_call_format == "llama3"
-    assert serve("--tool-call-parser", "hermes").tool_call_format == "hermes"
+    assert serve("--tool-call-parser", "llama3_json").tool_call_format == "llama3_json"
+    assert serve("--tool-call-parser", "qwen3_coder").tool_call_format == "qwen3_coder"
     with pytest.raises(SystemExit):
         serve("--tool-call-parser", "pythonic")
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert "'pythonic' is not one of tokenmold's tool-call formats" in error and "llama3_json" in error
+    assert "invalid choice: 'pythonic'" in error and "llama3_json" in error
+    # Every family by vLLM's parser name, under both flags and in --help.
+    families = {"hermes", "qwen3_coder", "llama3_json", "llama4_pythonic", "mistral", "deepseek_v31", "kimi_k2"}
+    families |= {"glm45", "openai", "granite", "minimax_m2", "deepseek_v3", "glm47"}
+    help_text = " ".join(_parser()._subparsers._group_actions[0].choices["serve"].format_help().split())  # type: ignore[union-attr]
+    for name in families:
+        assert name in help_text
+        assert (
+            serve("--tool-call-format", name).tool_call_format
+            == serve("--tool-call-parser", name).tool_call_format
+            == name
+        )
 
 
 def test_serve_help_names_every_engine_argument() -> None:

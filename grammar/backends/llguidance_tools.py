@@ -16,12 +16,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tokenmold.grammar.errors import CompileFailed
 from tokenmold.grammar.json_layout import COMPACT, FLEXIBLE, JsonLayout
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 
 
 def tools_lark(calls: ToolCalls) -> str:
-    """Lark text for ``calls`` (parameters already normalized)."""
+    """Lark text for ``calls`` (parameters already normalized); a format the registries keep is
+    their structural tag, which only xgrammar reads (the compiler sends it there)."""
+    if isinstance(calls.tool_format, RegistryFormat):
+        raise CompileFailed(f"{calls.tool_format.name} is a structural tag: xgrammar compiles it", keyword="tools")
     syntax = calls.tool_format.syntax
     end = json.dumps(syntax.call_end)
     layout = calls.arguments_layout

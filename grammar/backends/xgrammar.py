@@ -22,8 +22,9 @@ import xgrammar as xgr
 
 from tokenmold.grammar.backends.base import Backend, CompiledGrammar, EngineSpec, JsonOptions, Matcher
 from tokenmold.grammar.errors import CompileFailed, GrammarSyntaxError, RegexError, SchemaError
-from tokenmold.grammar.json_layout import COMPACT, JsonLayout
+from tokenmold.grammar.json_layout import ARGUMENTS, COMPACT, JsonLayout
 from tokenmold.grammar.jsonschema.fold import fold_llguidance_only
+from tokenmold.grammar.toolformats.registry import RegistryFormat
 
 if TYPE_CHECKING:
     import torch
@@ -128,7 +129,10 @@ class XGrammarBackend(Backend):
 
     def compile_tools(self, calls: ToolCalls, options: JsonOptions) -> XGrammarCompiled:
         """A structural tag in the calls' own syntax (``calls.tool_format``): each function's call is
-        a tag whose begin names it and whose content is its parameters' JSON grammar."""
+        a tag whose begin names it and whose content is its parameters' JSON grammar. A format the
+        registries keep brings its own tag (``registry_tag``)."""
+        if isinstance(calls.tool_format, RegistryFormat):
+            return self._compile(_structural_grammar(registry_tag(calls, options)))
         syntax = calls.tool_format.syntax
         tags = [
             {
@@ -182,13 +186,7 @@ class XGrammarBackend(Backend):
             }
         if calls.answer is not None:
             form = _or_answer(form, calls, options)
-        try:
-            grammar = xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": form}))
-        except (RuntimeError, ValueError) as exc:
-            raise CompileFailed(
-                f"xgrammar cannot build the tool-call grammar: {_clean(exc)}", keyword="tools"
-            ) from None
-        return self._compile(grammar)
+        return self._compile(_structural_grammar(form))
 
     def compile_structural_tag(self, tag: dict[str, Any]) -> XGrammarCompiled:
         """Either form vLLM accepts: the legacy ``structures`` and ``triggers`` go through xgrammar's
@@ -300,6 +298,57 @@ def _json_grammar(
     except UnicodeDecodeError:
         message = _undecodable(json.dumps(schema, ensure_ascii=False))
         raise SchemaError(f"xgrammar cannot convert the schema: {message}", pointer=pointer) from None
+
+
+def _structural_grammar(form: dict[str, Any]) -> xgr.Grammar:
+    try:
+        return xgr.Grammar.from_structural_tag(json.dumps({"type": "structural_tag", "format": form}))
+    except (RuntimeError, ValueError) as exc:
+        raise CompileFailed(f"xgrammar cannot build the tool-call grammar: {_clean(exc)}", keyword="tools") from None
+
+
+def registry_tag(calls: ToolCalls, options: JsonOptions) -> dict[str, Any]:
+    """The registry's tag for ``calls`` (``RegistryFormat.structural_tag``, from the normalized
+    parameters), where each JSON-style content that is a tool's whole arguments becomes
+    tokenmold's own JSON grammar of them (the one the written formats use: its whitespace,
+    strictness per function, what only llguidance enforces folded). Contents in another style
+    (Qwen3-Coder's and MiniMax's XML parameters, GLM's key/value pairs, a pythonic keyword's value)
+    stay the registry's, compiled by xgrammar from the same normalized schema."""
+    fmt = calls.tool_format
+    assert isinstance(fmt, RegistryFormat)
+    if calls.answer is not None:
+        raise CompileFailed(
+            f"a response format with tools needs a tool-call format written by tokenmold (hermes, llama3_json, "
+            f"mistral); {fmt.name} is the registry's",
+            keyword="tools",
+        )
+    # One layout, ``json.dumps``' (``json_layout.ARGUMENTS``), not the free one of the written
+    # formats: several of vLLM's parsers read a call with a regular expression whose ``.`` stops at
+    # a line break (DeepSeek V3.1's).
+    grammars = {
+        json.dumps(tool.parameters, sort_keys=True): str(
+            _json_grammar(
+                tool.parameters,
+                replace(options, strict_properties=tool.strict),
+                pointer=f"/tools/{i}/parameters",
+                layout=ARGUMENTS,
+            )
+        )
+        for i, tool in enumerate(calls.tools)
+    }
+
+    def own(node: Any) -> Any:
+        if isinstance(node, list):
+            return [own(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if node.get("type") == "json_schema" and node.get("style", "json") == "json":
+            grammar = grammars.get(json.dumps(node.get("json_schema"), sort_keys=True))
+            if grammar is not None:
+                return {"type": "grammar", "grammar": grammar}
+        return {key: own(value) for key, value in node.items()}
+
+    return dict(own(fmt.structural_tag(calls.tools, required=calls.required, parallel=calls.parallel)))
 
 
 def _or_answer(calls_form: dict[str, Any], calls: ToolCalls, options: JsonOptions) -> dict[str, Any]:

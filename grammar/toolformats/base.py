@@ -21,8 +21,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tokenmold.grammar.tools import Tool
 
 from tokenmold.grammar.json_layout import ARGUMENTS
 
@@ -87,6 +91,11 @@ class ToolFormat:
     def detects(self, template: str) -> bool:
         """Whether ``template`` (a chat template's text) teaches this format."""
         raise NotImplementedError
+
+    def bind(self, tools: Sequence[Tool]) -> ToolFormat:
+        """This format for a request's ``tools`` (a parser that reads argument values by their
+        schema needs them); the formats written here read calls alike for any tools."""
+        return self
 
     def split(self, text: str) -> SplitText:
         """The complete-text parser; also reads a text that is still growing (the last call is then

@@ -12,11 +12,11 @@ import math
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeError, ShapeKind
-from tokenmold.grammar.toolformats import CallDelta, ParsedCall, StreamPiece, ToolCallStream, ToolFormat
+from tokenmold.grammar.toolformats import CallDelta, ParsedCall, StreamPiece, ToolCallStream, ToolFormat, tool_format
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.openai import (
     AssistantMessage,
@@ -95,6 +95,8 @@ class Plan:
 
 def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
     check_chat_fields(body)
+    if body.tool_call_format is not None:
+        model = replace(model, tool_format=_requested_format(body.tool_call_format))
     if body.top_logprobs is not None and not body.logprobs:
         raise RequestError("top_logprobs needs logprobs: true", param="top_logprobs")
     called = called_custom_tool(body)
@@ -134,6 +136,13 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
         shorter=shorter,
     )
     return Plan(prompt, shape, _chat_sampling(body, model), options, param)
+
+
+def _requested_format(name: str) -> ToolFormat:
+    try:
+        return tool_format(name)
+    except ValueError as exc:
+        raise RequestError(str(exc), param="tool_call_format") from None
 
 
 def _custom_plan(body: ChatCompletionRequest, model: ModelInfo, tool: CalledTool) -> Plan:
