@@ -136,7 +136,7 @@ class GrammarStore:
         self._scanned_at = float("-inf")
 
     @classmethod
-    def of(cls, directory: str | Path | None, capacity_bytes: int) -> GrammarStore | None:
+    def of(cls, directory: str | os.PathLike[str] | None, capacity_bytes: int) -> GrammarStore | None:
         """The store in ``directory``; ``None`` where no directory is configured."""
         return None if directory is None else cls(directory, capacity_bytes)
 
