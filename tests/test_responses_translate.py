@@ -409,13 +409,14 @@ class _ScriptedRuntime:
         self.compiler = SimpleNamespace(
             cache_stats=lambda: SimpleNamespace(hits=0, misses=0, evictions=0, entries=0, bytes=0),
             pool_stats=lambda: None,
+            store=None,
         )
         self.config = SimpleNamespace(engine=SimpleNamespace(max_num_seqs=64))
 
     def engine_stats(self) -> None:
         return None
 
-    async def compile(self, shape, options):
+    async def compile(self, shape, options, *, fit=False):
         return None
 
     async def generate(self, prompt, compiled, sampling):
