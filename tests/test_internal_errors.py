@@ -52,7 +52,7 @@ class FaultyRuntime:
     def __init__(self, model: ModelInfo) -> None:
         self.model = model
         self.config = RuntimeConfig()
-        self.compiler = SimpleNamespace(cache_stats=CacheStats, pool_stats=lambda: None)
+        self.compiler = SimpleNamespace(cache_stats=CacheStats, pool_stats=lambda: None, store=None)
 
     def engine_stats(self) -> None:
         return None
