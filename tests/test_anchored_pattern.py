@@ -189,7 +189,7 @@ def test_patterns_that_are_not_lines_walk_as_in_llguidance(vocab, pattern) -> No
 
 
 def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60) -> None:
-    """Twelve random walks through the guarded grammar of ``schema`` and llguidance's with every
+    """Eight random walks through the guarded grammar of ``schema`` and llguidance's with every
     bound in it, drawing quotes, tokens of ``likely`` characters or any allowed token: the guarded
     mask allows all llguidance allows, inside the guarded strings and keys nothing more but closing quotes
     (after which llguidance, forcing the bytes that follow, keeps only its own spelling of them:
@@ -202,7 +202,7 @@ def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60
     rng = random.Random(7)
     rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
     completed = inside = 0
-    for _ in range(12):
+    for _ in range(8):
         ours_m, theirs_m = guarded_grammar.matcher(), reference.matcher()
         tokens: list[int] = []
         for _ in range(steps):
@@ -225,7 +225,7 @@ def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60
                 break
             assert ours_m.accept_token(token) and theirs_m.accept_token(token)
             tokens.append(token)
-    assert completed >= 6 and inside > 50
+    assert completed >= 4 and inside > 30
 
 
 def test_a_token_that_opens_a_patterned_string_must_begin_a_match(vocab) -> None:

@@ -126,7 +126,7 @@ def test_masks_runs_as_tokenmold_bench_from_any_folder(paths, tmp_path):
 
 def test_walk_report(paths, tmp_path):
     out = tmp_path / "walk.json"
-    walks = 2
+    walks = 1
     args = [*paths, "--jobs", "2", "--walks", str(walks), "--max-tokens", "48", "--json", str(out)]
     assert run_walk(args) == 0
     report = json.loads(out.read_text())

@@ -15,7 +15,7 @@ from tokenmold.grammar.errors import GrammarSyntaxError, RegexError
 from tokenmold.grammar.vocabulary import EMPTY_VOCABULARY
 
 FUZZ = Path(__file__).resolve().parents[1] / "fuzz"
-SECONDS = int(os.environ.get("TOKENMOLD_FUZZ_SECONDS", "10"))
+SECONDS = int(os.environ.get("TOKENMOLD_FUZZ_SECONDS", "6"))
 
 
 @pytest.mark.parametrize("harness", ["fuzz_normalize.py", "fuzz_ebnf.py", "fuzz_validation.py"])

@@ -109,7 +109,7 @@ def test_the_guarded_mask_keeps_llguidances_bounded_mask_and_every_walk_ends_val
     rng = random.Random(7)
     rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
     completed = compared = 0
-    for _ in range(16):
+    for _ in range(10):
         ours, theirs = guarded.matcher(), reference.matcher()
         tokens: list[int] = []
         for _ in range(60):
@@ -132,7 +132,7 @@ def test_the_guarded_mask_keeps_llguidances_bounded_mask_and_every_walk_ends_val
             if theirs is not None and not theirs.accept_token(token):
                 theirs = None  # one of the closings llguidance does not spell so: compared up to here
             tokens.append(token)
-    assert completed >= 8 and compared >= 50
+    assert completed >= 5 and compared >= 30
 
 
 def _engine_and_local(vocab):

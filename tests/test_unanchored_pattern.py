@@ -140,7 +140,7 @@ def test_the_guarded_mask_keeps_llguidances_mask_and_every_walk_ends_valid(vocab
     rng = random.Random(5)
     rows = torch.zeros((3, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
     completed = held = 0
-    for _ in range(16):
+    for _ in range(10):
         ours_m, theirs_m, bare_m = guarded.matcher(), reference.matcher(), bare.matcher()
         tokens: list[int] = []
         for _ in range(80):
@@ -167,7 +167,7 @@ def test_the_guarded_mask_keeps_llguidances_mask_and_every_walk_ends_valid(vocab
                 # (a line break, ``$`` before a final one): compared up to here; validity is checked.
                 theirs_m = None
             tokens.append(token)
-    assert completed >= 8 and held > 0
+    assert completed >= 5 and held > 0
 
 
 def test_the_engine_runs_the_same_check_as_the_in_process_matcher(vocab) -> None:
