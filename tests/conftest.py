@@ -94,11 +94,10 @@ def _engine_group(module_items: list[pytest.Item]) -> int:
 
 
 def _settles(module_items: list[pytest.Item]) -> bool:
-    """A module that waits for early work before its tests (``SETTLES``: the fault tests, which wait
-    for all of it to end, since a server starting beside them would skew their timings; the
-    drafting server's module, whose server starts last) runs after the others of its group: by
-    then only the servers queued last are still starting, and the other modules' tests ran while
-    they started instead of waiting with it."""
+    """A module that waits for all the early work to end before its tests (``SETTLES``: the fault
+    tests, whose timings a server starting beside them would skew) runs after the others of its
+    group: by then only the servers queued last are still starting, and the other modules' tests
+    ran while they started instead of waiting with it."""
     return bool(getattr(getattr(module_items[0], "module", None), "SETTLES", False))
 
 

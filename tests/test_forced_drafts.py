@@ -111,15 +111,11 @@ def test_drafts_per_row_and_none_for_a_chunked_prefill_or_a_grammar_free_request
     assert set(proposer._followers) == {"plain"}  # the others left the batch: forgotten
 
 
-#: Run after the other modules with servers of their own (``conftest._settles``): the drafting
-#: server starts last, and they run while it starts.
-SETTLES = True
-
-
 def early(work: EarlyWork) -> None:
-    """The drafting server, started while the tests without an engine run (``early.py``), once the
-    other early work has freed its memory."""
-    work.server("drafting", "--max-model-len", "1024", "--forced-drafts", "4", "--log-level", "warning", last=True)
+    """The drafting server, started while the tests without an engine run (``early.py``), in line
+    with the other servers: started last, after the shared server stopped, it kept the suite
+    waiting about 90 s for it."""
+    work.server("drafting", "--max-model-len", "1024", "--forced-drafts", "4", "--log-level", "warning")
 
 
 @pytest.fixture(scope="module")
