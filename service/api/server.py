@@ -13,10 +13,12 @@ import logging
 import socket
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from tokenmold.grammar import Limits
 from tokenmold.service.api.lifecycle import Lifecycle
@@ -57,7 +59,7 @@ class _Server(uvicorn.Server):
 PORT_TAKEN = "cannot listen on"
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """The server's socket, bound now; a port already taken is the caller's error (exit status 2)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -70,18 +72,24 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(args: argparse.Namespace) -> int:
+@dataclass(frozen=True)
+class ServerParts:
+    """What a ``serve`` command line builds: the runtime, its app and the app's lifecycle."""
+
+    runtime: Runtime
+    app: FastAPI
+    lifecycle: Lifecycle
+
+
+def build_server(args: argparse.Namespace) -> ServerParts:
+    """The runtime and app of a parsed ``serve`` command line, engine not started yet (the app's
+    lifespan starts it). ``tokenmold serve`` runs it under uvicorn; each replica of ``tokenmold ray
+    serve`` runs the same under Ray Serve."""
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
     from tokenmold.service.cli import engine_config
 
     engine = engine_config(args, reasoning_parser=args.reasoning_parser, forced_drafts=args.forced_drafts)
-    if args.enable_auto_tool_choice:
-        print(
-            "tokenmold: note: --enable-auto-tool-choice is not needed: tool_choice 'auto' is served without it",
-            file=sys.stderr,
-        )
-    sock = _listen(args.host, args.port)
     runtime = Runtime(
         RuntimeConfig(
             engine=engine,
@@ -109,8 +117,23 @@ def serve(args: argparse.Namespace) -> int:
         trust_request_chat_template=args.trust_request_chat_template,
     )
     lifecycle = Lifecycle(grace_s=args.shutdown_grace)
+    return ServerParts(runtime, create_app(runtime, settings, lifecycle), lifecycle)
+
+
+def serve(args: argparse.Namespace) -> int:
+    if args.enable_auto_tool_choice:
+        print(
+            "tokenmold: note: --enable-auto-tool-choice is not needed: tool_choice 'auto' is served without it",
+            file=sys.stderr,
+        )
+    sock = listen(args.host, args.port)
+    try:
+        parts = build_server(args)
+    except BaseException:
+        sock.close()
+        raise
     config = uvicorn.Config(
-        create_app(runtime, settings, lifecycle),
+        parts.app,
         host=args.host,
         port=args.port,
         log_level=args.log_level or "info",  # its startup and access lines stay by default
@@ -119,8 +142,8 @@ def serve(args: argparse.Namespace) -> int:
         timeout_graceful_shutdown=10,
     )
     try:
-        _Server(config, lifecycle, lambda: runtime.engine_dead).run(sockets=[sock])
+        _Server(config, parts.lifecycle, lambda: parts.runtime.engine_dead).run(sockets=[sock])
     finally:
-        runtime.shutdown()  # also when uvicorn fails before the app's own shutdown
+        parts.runtime.shutdown()  # also when uvicorn fails before the app's own shutdown
         sock.close()
-    return lifecycle.exit_code
+    return parts.lifecycle.exit_code

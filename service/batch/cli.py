@@ -16,10 +16,13 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenmold.service.batch.jobs import BatchInput, ExtractSpec, read_documents, read_requests
+from tokenmold.service.batch.dispatch import Outcome
+from tokenmold.service.batch.jobs import BatchInput, ExtractSpec, Job, read_documents, read_requests
 from tokenmold.service.batch.progress import ProgressBar, Tally
 from tokenmold.service.batch.results import CorruptResults, ExtractFormat, LineFormat, OpenAIFormat, ResultFile
 from tokenmold.service.batch.runner import DEFAULT_CONCURRENCY, run_jobs
@@ -105,17 +108,59 @@ def _run(
     schema: dict[str, Any] | None = None,
     strict: bool = False,
 ) -> int:
+    def execute(todo: list[Job], sink: ResultSink) -> bool:
+        return asyncio.run(_execute(args, todo, sink, schema=schema, strict=strict))
+
+    return run_lines(args.input, args.output, batch, fmt, execute)
+
+
+@dataclass
+class ResultSink:
+    """Where a run hands each outcome: written to the result file (or, for a server error, reported
+    and left for a rerun), counted, and shown on the progress bar."""
+
+    input_name: str
+    results: ResultFile
+    fmt: LineFormat
+    bar: ProgressBar
+
+    def record(self, outcome: Outcome) -> None:
+        if not outcome.server_error:
+            self.results.append(self.fmt.outcome(outcome))
+        else:
+            message = (outcome.body.get("error") or {}).get("message")
+            _say(f"{self.input_name}: line {outcome.job.line}: server error {outcome.status_code}: {message}")
+        self.bar.tally.count(outcome)
+        self.bar.update()
+
+    def engines_started(self) -> None:
+        """Rates and times count from the engines' start, not before."""
+        self.bar.tally.restart_clock()
+        self.bar.update(force=True)
+
+
+def run_lines(
+    input_name: str,
+    output: str,
+    batch: BatchInput,
+    fmt: LineFormat,
+    execute: Callable[[list[Job], ResultSink], bool],
+) -> int:
+    """Write a result line for each line of ``batch`` that ``output`` lacks: the unreadable ones'
+    error lines, then ``execute``'s outcomes (it returns ``False`` if it stopped early). Shared by
+    ``tokenmold batch``/``extract`` (one engine here) and ``tokenmold ray batch`` (a fleet); the
+    exit code is the module docstring's."""
     try:
-        results = ResultFile.open(Path(args.output), fmt.key)
+        results = ResultFile.open(Path(output), fmt.key)
     except CorruptResults as exc:
         raise BadInput(str(exc)) from None
     except OSError as exc:
-        raise BadInput(f"cannot open {args.output}: {exc.strerror}") from None
+        raise BadInput(f"cannot open {output}: {exc.strerror}") from None
     try:
         if results.dropped_bytes:
-            _say(f"{args.output}: removed a partial last line ({results.dropped_bytes} bytes); it runs again")
+            _say(f"{output}: removed a partial last line ({results.dropped_bytes} bytes); it runs again")
         for problem in batch.problems:
-            _say(f"{args.input}: {problem.describe()}" + ("" if problem.custom_id else " (skipped: no result line)"))
+            _say(f"{input_name}: {problem.describe()}" + ("" if problem.custom_id else " (skipped: no result line)"))
         todo = [job for job in batch.jobs if job.custom_id not in results.done]
         refused = [p for p in batch.problems if p.custom_id is not None and p.custom_id not in results.done]
         tally = Tally(total=len(todo) + len(refused), skipped=batch.total - len(todo) - len(refused))
@@ -125,7 +170,7 @@ def _run(
             tally.count_problem()
         finished = True
         if todo:
-            finished = asyncio.run(_execute(args, todo, results, fmt, bar, schema=schema, strict=strict))
+            finished = execute(todo, ResultSink(input_name, results, fmt, bar))
         bar.finish()
     finally:
         results.close()
@@ -136,10 +181,8 @@ def _run(
 
 async def _execute(
     args: argparse.Namespace,
-    todo: list[Any],
-    results: ResultFile,
-    fmt: LineFormat,
-    bar: ProgressBar,
+    todo: list[Job],
+    sink: ResultSink,
     *,
     schema: dict[str, Any] | None,
     strict: bool,
@@ -147,7 +190,7 @@ async def _execute(
     from tokenmold.grammar import CompileOptions, Shape, ShapeError
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
-    from tokenmold.service.batch.dispatch import Dispatcher, Outcome
+    from tokenmold.service.batch.dispatch import Dispatcher
     from tokenmold.service.engine import EngineConfig
     from tokenmold.service.runtime import Runtime, RuntimeConfig
 
@@ -163,19 +206,8 @@ async def _execute(
         app = create_app(runtime, settings)
         runtime.start_engine()
         dispatcher = Dispatcher(app, settings)
-
-        def record(outcome: Outcome) -> None:
-            if not outcome.server_error:
-                results.append(fmt.outcome(outcome))
-            else:
-                message = (outcome.body.get("error") or {}).get("message")
-                _say(f"{args.input}: line {outcome.job.line}: server error {outcome.status_code}: {message}")
-            bar.tally.count(outcome)
-            bar.update()
-
-        bar.tally.restart_clock()  # rates and times count from the engine's start, not before
-        bar.update(force=True)
-        return await run_jobs(todo, dispatcher.execute, record, concurrency=args.concurrency)
+        sink.engines_started()
+        return await run_jobs(todo, dispatcher.execute, sink.record, concurrency=args.concurrency)
     finally:
         if dispatcher is not None:
             await dispatcher.aclose()

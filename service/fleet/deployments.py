@@ -1,0 +1,210 @@
+"""The fleet as a Ray Serve application: an ingress that reads each request and routes it by shape,
+and N engine replicas, each running the app ``tokenmold serve`` runs.
+
+    HTTP -> Ray Serve proxy -> FleetIngress -> ShapeAffinityRouter -> EngineReplica x N -> vLLM engine
+
+Ray Serve keeps the replicas (placement, health checks, restarts, autoscaling between bounds) and
+the router interface; tokenmold adds only what Ray Serve cannot know: the shape key and where a
+shape is warm. Each replica holds its own engine, compile cache and workers; ``--grammar-cache-dir``
+on a filesystem they all see shares compiled grammars between them and across restarts, and
+``--batch-dir`` there shares ``/v1/files`` and ``/v1/batches``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ray
+from ray import serve
+from ray.serve.config import AutoscalingConfig, RequestRouterConfig
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from starlette.requests import Request
+from starlette.responses import Response
+
+from tokenmold.service.batch.dispatch import Dispatcher
+from tokenmold.service.fleet.affinity import GENERATION_PATHS, shape_key
+from tokenmold.service.fleet.batch_lines import BatchLine, LineAnswer
+from tokenmold.service.fleet.forwarding import ForwardedRequest, ResponseStart, run_asgi
+
+log = logging.getLogger("tokenmold.fleet")
+
+#: Environment variables a replica takes from the command's process (vLLM's, tokenmold's and the
+#: libraries' settings); the rest of the machine's environment is the Ray worker's own.
+_PASSED_ON = ("VLLM_", "TOKENMOLD_", "HF_", "TRANSFORMERS_", "TORCH", "TOKENIZERS_", "PYTHONPATH", "PYTHONWARNINGS")
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    """How many replicas, what each holds, and how requests find them."""
+
+    #: The parsed ``serve`` flags every replica builds its app from (``server.build_server``).
+    serve_args: dict[str, Any]
+    replicas: int = 1
+    #: Autoscaling bounds (Ray Serve's ``min_replicas``/``max_replicas``); ``None``: fixed at ``replicas``.
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    affinity: bool = True
+    cpus_per_replica: float = 1.0
+    gpus_per_replica: float = 0.0
+    #: Requests one replica holds at once before Ray Serve routes elsewhere (the engine's batch and
+    #: as many again waiting in its queue).
+    max_ongoing_requests: int = 128
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def passed_on_environment() -> dict[str, str]:
+    """The variables of this process that every replica should see (``_PASSED_ON``)."""
+    return {name: value for name, value in os.environ.items() if name.startswith(_PASSED_ON)}
+
+
+@serve.deployment(health_check_period_s=5, health_check_timeout_s=30, graceful_shutdown_timeout_s=30)
+class EngineReplica:
+    """One engine and the whole tokenmold app; requests arrive as ``ForwardedRequest`` values."""
+
+    async def __init__(self, serve_args: dict[str, Any]) -> None:  # type: ignore[misc]  # Ray Serve awaits it
+        from tokenmold.service.api.server import build_server
+        from tokenmold.service.environment import configure_environment, configure_logging
+
+        configure_logging(serve_args.get("log_level"))
+        configure_environment(embedded_model=serve_args.get("model") is None)
+        self._parts = build_server(argparse.Namespace(**serve_args))
+        self._replica_id = serve.get_replica_context().replica_id.unique_id
+        # The app's own lifespan: engine start, warm-up, batch resumption, as under uvicorn.
+        self._lifespan = self._parts.app.router.lifespan_context(self._parts.app)
+        await self._lifespan.__aenter__()
+        self._dispatcher = Dispatcher(self._parts.app, self._parts.app.state.generation.settings)
+
+    async def __call__(self, request: ForwardedRequest) -> AsyncIterator[ResponseStart | bytes]:
+        async for part in run_asgi(self._parts.app, request, self._replica_id):
+            yield part
+
+    async def execute(self, line: BatchLine) -> LineAnswer:
+        """One batch line through the app's route, as ``tokenmold batch`` runs it (``Dispatcher``)."""
+        outcome = await self._dispatcher.execute(line.job)
+        return LineAnswer(outcome.status_code, outcome.body, self._replica_id)
+
+    async def check_health(self) -> None:
+        """Ray Serve replaces a replica whose check raises: one whose engine process died."""
+        if self._parts.runtime.engine_dead:
+            raise RuntimeError("the engine process died")
+
+    async def __del__(self) -> None:
+        await self._dispatcher.aclose()
+        await self._lifespan.__aexit__(None, None, None)
+
+
+class _Relay(Response):
+    """The replica's response, sent on as it arrives: its own status and raw headers, then its
+    body chunks (server-sent events stay chunked)."""
+
+    def __init__(self, start: ResponseStart, rest: DeploymentResponseGenerator) -> None:
+        self._start = start
+        self._rest = rest
+        self.background = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self._start.status, "headers": self._start.headers})
+        streaming = any(
+            name.lower() == b"content-type" and value.startswith(b"text/event-stream")
+            for name, value in self._start.headers
+        )
+        try:
+            async for chunk in self._rest:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except ray.exceptions.RayError as exc:  # the replica died mid-answer: say so where the format allows
+            log.warning("a replica failed mid-answer: %s", type(exc).__name__)
+            if streaming:
+                error = _error_body("the replica answering this request failed; retry it", "replica_failed")
+                await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _error_body(message: str, code: str) -> bytes:
+    return json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}}).encode()
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=4096)
+class FleetIngress:
+    """Reads a request whole, keys it by shape and hands it to a replica through the router."""
+
+    def __init__(self, replicas: DeploymentHandle) -> None:
+        self._replicas = replicas.options(stream=True)
+
+    async def __call__(self, request: Request) -> Response:
+        body = await request.body()
+        path = request.url.path
+        forwarded = ForwardedRequest(
+            method=request.method,
+            path=path,
+            query_string=request.url.query.encode(),
+            headers=list(request.headers.raw),
+            body=body,
+            shape_key=shape_key(path, _json_or_none(body)) if path in GENERATION_PATHS else None,
+            client=(request.client.host, request.client.port) if request.client else None,
+        )
+        # A generation whose replica died before answering is sent once more (nothing reached the
+        # client yet); a file upload or batch creation is not, as it may have been done.
+        attempts = 2 if path in GENERATION_PATHS else 1
+        for attempt in range(attempts):
+            answer = self._replicas.remote(forwarded)
+            assert isinstance(answer, DeploymentResponseGenerator)  # a handle with stream=True
+            try:
+                start = await answer.__anext__()
+            except ray.exceptions.RayError as exc:
+                log.warning("replica unavailable (attempt %d): %s", attempt + 1, type(exc).__name__)
+                continue
+            return _Relay(start, answer)
+        return Response(
+            _error_body("no replica could answer; retry shortly", "replica_unavailable"),
+            status_code=503,
+            media_type="application/json",
+            headers={"retry-after": "1"},
+        )
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return None  # not JSON: the replica's app answers it with its own 400
+
+
+def replica_deployment(options: FleetOptions) -> Any:
+    """The engine replicas alone, bound (a batch run needs no HTTP ingress)."""
+    autoscaling = None
+    if options.min_replicas is not None or options.max_replicas is not None:
+        autoscaling = AutoscalingConfig(
+            min_replicas=options.min_replicas if options.min_replicas is not None else 1,
+            max_replicas=options.max_replicas if options.max_replicas is not None else options.replicas,
+            initial_replicas=options.replicas,
+            target_ongoing_requests=max(1, options.max_ongoing_requests // 2),
+        )
+    return EngineReplica.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
+        num_replicas=None if autoscaling else options.replicas,
+        autoscaling_config=autoscaling,
+        max_ongoing_requests=options.max_ongoing_requests,
+        ray_actor_options={
+            "num_cpus": options.cpus_per_replica,
+            "num_gpus": options.gpus_per_replica,
+            "runtime_env": {"env_vars": options.environment},
+        },
+        request_router_config=RequestRouterConfig(
+            # An import path, as Ray Serve documents it: the router is imported where the handle routes.
+            request_router_class="tokenmold.service.fleet.router.ShapeAffinityRouter",  # type: ignore[arg-type]
+            request_router_kwargs={"affinity": options.affinity},
+        ),
+    ).bind(options.serve_args)
+
+
+def fleet_application(options: FleetOptions) -> Any:
+    """The Ray Serve application (``serve.run`` it): the ingress bound to the engine replicas."""
+    ingress_actor = {"num_cpus": 0, "runtime_env": {"env_vars": options.environment}}
+    return FleetIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
+        ray_actor_options=ingress_actor
+    ).bind(replica_deployment(options))
