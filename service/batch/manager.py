@@ -115,8 +115,9 @@ class BatchManager:
         )
         try:
             self.store.save(batch)
-        except BaseException:
-            self._release(batch.model_copy(update={"status": "failed"}))  # nothing to run: no work folder
+        except BaseException:  # no batch after all: its claim and work folder go
+            self._claims.pop(batch_id).release()
+            self.store.clear_work_dir(batch_id)
             raise
         self._launch(batch)
         return batch
