@@ -1,12 +1,15 @@
 """The on-disk state of ``/v1/files`` and ``/v1/batches`` under ``$TOKENMOLD_HOME/batch``.
 
     files/<file-id>.jsonl     content        files/<file-id>.json     its FileObject
-    batches/<batch-id>.json   BatchObject    batches/<batch-id>/      a running batch's result files
+    batches/<batch-id>.json   BatchObject    batches/<batch-id>.lock  held while it is changed
+    batches/<batch-id>/       an unfinished batch's work: owner.lock (``claims.Claim``), result files
 
-Metadata is replaced atomically (written aside, then renamed), so a crash leaves the old or the new
-object, never half of one; result files are append-only (``results.ResultFile``) and move into
-``files/`` when their batch finishes. Ids are checked against their pattern before they name a
-path.
+Several processes (replicas) may share the directory. Metadata is replaced atomically (written
+aside, then renamed), so a crash leaves the old or the new object, never half of one, and a reader
+in another process sees one or the other; ids are random (uuid4), so two processes never make the
+same one; a file deleted by another process while this one reads is a 404, not an error. Result
+files are append-only (``results.ResultFile``) and move into ``files/`` when their batch finishes.
+Ids are checked against their pattern before they name a path.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ import shutil
 import tempfile
 import time
 import uuid
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TypeVar
 
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from tokenmold.schemas.batch import BatchList, BatchObject, FileDeleted, FileList, FileObject, FilePurpose
+from tokenmold.service.batch.claims import Claim, locked
 
 _FILE_ID = re.compile(r"file-[0-9a-f]{32}")
 _BATCH_ID = re.compile(r"batch_[0-9a-f]{32}")
+_Model = TypeVar("_Model", bound=BaseModel)
 
 
 def _write_atomic(path: Path, model: BaseModel) -> None:
@@ -36,6 +42,14 @@ def _write_atomic(path: Path, model: BaseModel) -> None:
         out.flush()
         os.fsync(out.fileno())
     os.replace(staging, path)
+
+
+def _read(path: Path, model: type[_Model]) -> _Model | None:
+    """The object in ``path``, or ``None`` if it is not there (never written, or deleted meanwhile)."""
+    try:
+        return model.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        return None
 
 
 def _page(ids: list[str], *, after: str | None, limit: int) -> tuple[int, int]:
@@ -78,14 +92,14 @@ class FileStore:
         return obj
 
     def get(self, file_id: str) -> FileObject:
-        meta = self.root / f"{file_id}.json"
-        if not _FILE_ID.fullmatch(file_id) or not meta.exists():
+        found = _read(self.root / f"{file_id}.json", FileObject) if _FILE_ID.fullmatch(file_id) else None
+        if found is None:
             raise HTTPException(404, f"no file {file_id!r}")
-        return FileObject.model_validate_json(meta.read_text())
+        return found
 
     def list(self, *, purpose: str | None, limit: int, after: str | None, order: str) -> FileList:
-        files = [FileObject.model_validate_json(p.read_text()) for p in self.root.glob("file-*.json")]
-        files = [f for f in files if purpose is None or f.purpose == purpose]
+        found = (_read(p, FileObject) for p in self.root.glob("file-*.json"))
+        files = [f for f in found if f is not None and (purpose is None or f.purpose == purpose)]
         files.sort(key=lambda f: (f.created_at, f.id), reverse=order == "desc")
         start, end = _page([f.id for f in files], after=after, limit=limit)
         page = files[start:end]
@@ -98,8 +112,11 @@ class FileStore:
 
     def delete(self, file_id: str) -> FileDeleted:
         self.get(file_id)
+        try:  # the object first: from then on no process lists or serves the file
+            (self.root / f"{file_id}.json").unlink()
+        except FileNotFoundError:  # another process deleted it meanwhile
+            raise HTTPException(404, f"no file {file_id!r}") from None
         (self.root / f"{file_id}.jsonl").unlink(missing_ok=True)
-        (self.root / f"{file_id}.json").unlink()
         return FileDeleted(id=file_id, deleted=True)
 
 
@@ -117,18 +134,45 @@ class BatchStore:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def claim(self, batch_id: str) -> Claim | None:
+        """The right to run the batch (``claims.Claim``), or ``None`` while another process has it."""
+        return Claim.take(self.root / batch_id / "owner.lock")
+
+    def clear_work_dir(self, batch_id: str) -> None:
+        """Remove a finished batch's work folder (call after its claim is released). A folder that
+        still holds result files (a failed batch's) stays, as does one another process has just
+        reopened to claim: that process finds the batch finished and clears it in turn."""
+        work = self.root / batch_id
+        (work / "owner.lock").unlink(missing_ok=True)
+        try:
+            work.rmdir()
+        except OSError:
+            pass
+
+    def locked(self, batch_id: str) -> AbstractContextManager[None]:
+        """Hold the batch's object still across processes: a read, a decision, a write."""
+        return locked(self.root / f"{batch_id}.lock")
+
+    def work_ids(self) -> list[str]:
+        """The batches with a work folder: every unfinished batch has one (made when it is created)."""
+        return sorted(p.name for p in self.root.glob("batch_*") if p.is_dir() and _BATCH_ID.fullmatch(p.name))
+
     def save(self, batch: BatchObject) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.root / f"{batch.id}.json", batch)
 
+    def find(self, batch_id: str) -> BatchObject | None:
+        return _read(self.root / f"{batch_id}.json", BatchObject) if _BATCH_ID.fullmatch(batch_id) else None
+
     def get(self, batch_id: str) -> BatchObject:
-        meta = self.root / f"{batch_id}.json"
-        if not _BATCH_ID.fullmatch(batch_id) or not meta.exists():
+        found = self.find(batch_id)
+        if found is None:
             raise HTTPException(404, f"no batch {batch_id!r}")
-        return BatchObject.model_validate_json(meta.read_text())
+        return found
 
     def all(self) -> list[BatchObject]:
-        batches = [BatchObject.model_validate_json(p.read_text()) for p in self.root.glob("batch_*.json")]
+        found = (_read(p, BatchObject) for p in self.root.glob("batch_*.json"))
+        batches = [b for b in found if b is not None]
         batches.sort(key=lambda b: (b.created_at, b.id), reverse=True)
         return batches
 
