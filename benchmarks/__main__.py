@@ -1,4 +1,4 @@
-"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers|bfcl|partials|grammar_store
+"""``python -m benchmarks masks|walk|fit|repetition|apply|chain|rows|tokenizers|bfcl|partials|grammar_store|fleet
 ...`` from the repository root (``benchmarks/__init__.py``)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from benchmarks.apply import run_apply
 from benchmarks.bfcl import run_bfcl
 from benchmarks.chain import run_chain
 from benchmarks.fit_walk import run_fit_walk
+from benchmarks.fleet import run_fleet
 from benchmarks.grammar_store import run_grammar_store
 from benchmarks.masks import run_masks
 from benchmarks.partials import run_partials
@@ -30,6 +31,7 @@ COMMANDS = {
     "bfcl": run_bfcl,
     "partials": run_partials,
     "grammar_store": run_grammar_store,
+    "fleet": run_fleet,
 }
 
 

@@ -501,7 +501,9 @@ _BENCHES: dict[str, str] = {
 #: MaskBench (``masks``), the soundness walks, the mask-path measurements, BFCL's tool calls against
 #: vLLM's own server (``bfcl``) and a restart on the grammar store (``grammar_store``): the same
 #: commands as ``python -m benchmarks NAME`` from the repository root.
-_CHECKOUT_BENCHES = ("masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl", "grammar_store")
+_CHECKOUT_BENCHES = (
+    "masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl", "grammar_store", "fleet",
+)  # fmt: skip
 
 
 def _bench(argv: list[str]) -> int:

@@ -24,9 +24,12 @@ import ray
 from ray import serve
 from ray.serve.config import AutoscalingConfig, RequestRouterConfig
 from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from tokenmold.service.api.body import BodyLimit
+from tokenmold.service.api.errors import error_response
 from tokenmold.service.batch.dispatch import Dispatcher
 from tokenmold.service.fleet.affinity import GENERATION_PATHS, shape_key
 from tokenmold.service.fleet.batch_lines import BatchLine, LineAnswer
@@ -120,37 +123,63 @@ class _Relay(Response):
         except ray.exceptions.RayError as exc:  # the replica died mid-answer: say so where the format allows
             log.warning("a replica failed mid-answer: %s", type(exc).__name__)
             if streaming:
-                error = _error_body("the replica answering this request failed; retry it", "replica_failed")
-                await send({"type": "http.response.body", "body": b"data: " + error + b"\n\n", "more_body": True})
+                failed = error_response(
+                    500, "the replica answering this request failed; retry it", code="replica_failed"
+                )
+                await send({"type": "http.response.body", "body": b"data: " + failed.body + b"\n\n", "more_body": True})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def _error_body(message: str, code: str) -> bytes:
-    return json.dumps({"error": {"message": message, "type": "server_error", "param": None, "code": code}}).encode()
+class _Asgi(Response):
+    """An ASGI app run as the response of Ray Serve's ``__call__``: the ingress's pipeline reads
+    the body itself (under the body limit) from the request Ray Serve has not read."""
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self.background = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._app(scope, receive, send)
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=4096)
 class FleetIngress:
-    """Reads a request whole, keys it by shape and hands it to a replica through the router."""
+    """Reads a request whole (under the server's body limits, as ``tokenmold serve`` enforces
+    them, before anything reaches a replica), keys it by shape and hands it to a replica through
+    the router."""
 
-    def __init__(self, replicas: DeploymentHandle) -> None:
+    def __init__(self, replicas: DeploymentHandle, max_body_bytes: int, max_file_bytes: int) -> None:
         self._replicas = replicas.options(stream=True)
+        self._app = BodyLimit(
+            self._forward, max_bytes=max_body_bytes, per_path={"/v1/files": (max_file_bytes, "--max-file-bytes")}
+        )
 
     async def __call__(self, request: Request) -> Response:
-        body = await request.body()
-        path = request.url.path
+        return _Asgi(self._app)
+
+    async def _forward(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            body = await _read_body(receive)
+        except HTTPException as exc:  # BodyLimit's refusal while the body was read
+            await error_response(exc.status_code, str(exc.detail), code="request_too_large")(scope, receive, send)
+            return
+        path = scope["path"]
         forwarded = ForwardedRequest(
-            method=request.method,
+            method=scope["method"],
             path=path,
-            query_string=request.url.query.encode(),
-            headers=list(request.headers.raw),
+            query_string=scope.get("query_string", b""),
+            headers=list(scope["headers"]),
             body=body,
             shape_key=shape_key(path, _json_or_none(body)) if path in GENERATION_PATHS else None,
-            client=(request.client.host, request.client.port) if request.client else None,
+            client=tuple(scope["client"]) if scope.get("client") else None,
         )
+        response = await self._answer(forwarded)
+        await response(scope, receive, send)
+
+    async def _answer(self, forwarded: ForwardedRequest) -> Response:
         # A generation whose replica died before answering is sent once more (nothing reached the
         # client yet); a file upload or batch creation is not, as it may have been done.
-        attempts = 2 if path in GENERATION_PATHS else 1
+        attempts = 2 if forwarded.path in GENERATION_PATHS else 1
         for attempt in range(attempts):
             answer = self._replicas.remote(forwarded)
             assert isinstance(answer, DeploymentResponseGenerator)  # a handle with stream=True
@@ -160,12 +189,21 @@ class FleetIngress:
                 log.warning("replica unavailable (attempt %d): %s", attempt + 1, type(exc).__name__)
                 continue
             return _Relay(start, answer)
-        return Response(
-            _error_body("no replica could answer; retry shortly", "replica_unavailable"),
-            status_code=503,
-            media_type="application/json",
-            headers={"retry-after": "1"},
+        return error_response(
+            503, "no replica could answer; retry shortly", code="replica_unavailable", headers={"Retry-After": "1"}
         )
+
+
+async def _read_body(receive: Any) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
 
 
 def _json_or_none(body: bytes) -> Any:
@@ -205,6 +243,7 @@ def replica_deployment(options: FleetOptions) -> Any:
 def fleet_application(options: FleetOptions) -> Any:
     """The Ray Serve application (``serve.run`` it): the ingress bound to the engine replicas."""
     ingress_actor = {"num_cpus": 0, "runtime_env": {"env_vars": options.environment}}
+    limits = (options.serve_args["max_body_bytes"], options.serve_args["max_file_bytes"])
     return FleetIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         ray_actor_options=ingress_actor
-    ).bind(replica_deployment(options))
+    ).bind(replica_deployment(options), *limits)
