@@ -199,6 +199,10 @@ def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60
     assert guarded_grammar.bounds is not None and "pattern" not in guarded_grammar.grammar
     reference = _llguidance(vocab, normalized)
     spelling = vocab.bound_table.by_id
+    # What each draw looks for, per token, worked out once rather than at every step.
+    quoting = [b'"' in text for text in spelling]
+    stops = set(vocab.stop_token_ids)
+    of_likely = [bool(text) and all(c in likely for c in text) for text in spelling]
     rng = random.Random(7)
     rows = torch.zeros((2, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
     completed = inside = 0
@@ -215,8 +219,8 @@ def check_walks_against_llguidance(vocab, schema, likely: bytes, steps: int = 60
                 # llguidance may spell forced bytes its own way
                 assert all(b'"' in spelling[t] for t in ours - theirs), vocab.hf_tokenizer.decode(tokens)
                 inside += 1
-            quotes = [t for t in ours if b'"' in spelling[t] or t in vocab.stop_token_ids]
-            common = [t for t in ours if spelling[t] and all(c in likely for c in spelling[t])]
+            quotes = [t for t in ours if quoting[t] or t in stops]
+            common = [t for t in ours if of_likely[t]]
             draw = rng.random()
             token = rng.choice(quotes if quotes and draw < 0.3 else common if common and draw < 0.9 else sorted(ours))
             if token in vocab.stop_token_ids:

@@ -137,6 +137,10 @@ def test_the_guarded_mask_keeps_llguidances_mask_and_every_walk_ends_valid(vocab
     assert guarded.bounds is not None
     reference, bare = _llguidance(vocab, normalized), _llguidance(vocab, strip_bounds(normalized).schema)
     spelling = vocab.bound_table.by_id
+    # What each draw looks for, per token, worked out once rather than at every step.
+    quoting = [b'"' in text for text in spelling]
+    shorts = [0 < len(text) <= 2 and b"\\" not in text for text in spelling]
+    stops = set(vocab.stop_token_ids)
     rng = random.Random(5)
     rows = torch.zeros((3, (vocab.vocab_size + 31) // 32), dtype=torch.int32)
     completed = held = 0
@@ -152,9 +156,9 @@ def test_the_guarded_mask_keeps_llguidances_mask_and_every_walk_ends_valid(vocab
                 assert set(allowed_tokens(rows[1].numpy(), vocab.vocab_size).tolist()) <= ours
             assert all(b'"' in spelling[t] for t in unguarded - ours)
             held += bool(unguarded - ours)
-            quotes = [t for t in ours if b'"' in spelling[t] or t in vocab.stop_token_ids]
+            quotes = [t for t in ours if quoting[t] or t in stops]
             digits = [t for t in ours if spelling[t] in preferred]
-            short = [t for t in ours if 0 < len(spelling[t]) <= 2 and b"\\" not in spelling[t]] or sorted(ours)
+            short = [t for t in ours if shorts[t]] or sorted(ours)
             draw = rng.random()
             token = rng.choice(quotes if quotes and draw < 0.35 else digits if digits and draw < 0.7 else short)
             if token in vocab.stop_token_ids:
