@@ -54,6 +54,20 @@ REASONING_SERVER = (
 )  # fmt: skip
 
 
+#: The faults' server (``test_faults.py``): a short context, room for a compile of several seconds,
+#: a long drain, prefix caching off (a vLLM engine flag: the chats that share a prefix on the shared
+#: server, which has it on, take nothing from the cache there), and forced drafts, for the drafting
+#: tests (``test_forced_drafts.py``), which use it before the faults do: one engine start fewer.
+FAULTS_SERVER = (
+    "--max-model-len", "1024",
+    "--compile-timeout", "30",
+    "--log-level", "warning",
+    "--shutdown-grace", "150",
+    "--no-enable-prefix-caching",
+    "--forced-drafts", "4",
+)  # fmt: skip
+
+
 def server_args(batch_dir: Path) -> tuple[str, ...]:
     """The shared server's flags: the model's own context (the 128 tools' prompt is ~3k tokens),
     an API key, two compile workers, a batch folder for ``/v1/batches``, and ``ENGINE_FLAGS``."""

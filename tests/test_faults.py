@@ -23,7 +23,7 @@ import openai
 import psutil
 import pytest
 from early import EarlyWork
-from live_api import REASONING_SERVER, prefix_cache_use, slow_regex
+from live_api import FAULTS_SERVER, REASONING_SERVER, prefix_cache_use, slow_regex
 
 from tokenmold.service.bench.live_server import LiveServer
 
@@ -34,17 +34,12 @@ pytestmark = pytest.mark.engine
 #: the other modules with servers of their own (``conftest._settles``).
 SETTLES = True
 
-#: The faults' servers: a short context, and room for a compile of several seconds.
-FLAGS = ("--max-model-len", "1024", "--compile-timeout", "30", "--log-level", "warning")
-
 
 def early(work: EarlyWork) -> None:
     """The module's servers, started while the tests without an engine run (``early.py``). The
     engine-death test kills the reasoning server's engine, once ``test_reasoning_e2e.py`` (which
     runs earlier) is done with it: one engine start fewer."""
-    # Prefix caching off (a vLLM engine flag): the same chats that share a prefix on the shared
-    # server, which has it on, take nothing from the cache here.
-    work.server("faults", *FLAGS, "--shutdown-grace", "150", "--no-enable-prefix-caching")
+    work.server("faults", *FAULTS_SERVER)
     work.server("reasoning", *REASONING_SERVER)
 
 

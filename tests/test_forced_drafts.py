@@ -10,7 +10,6 @@ an engine's without drafts.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,7 +17,7 @@ import numpy as np
 import openai
 import pytest
 from early import EarlyWork
-from live_api import MODEL
+from live_api import FAULTS_SERVER, MODEL
 
 from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import JsonOptions
@@ -112,17 +111,16 @@ def test_drafts_per_row_and_none_for_a_chunked_prefill_or_a_grammar_free_request
 
 
 def early(work: EarlyWork) -> None:
-    """The drafting server, started while the tests without an engine run (``early.py``), in line
-    with the other servers: started last, after the shared server stopped, it kept the suite
-    waiting about 90 s for it."""
-    work.server("drafting", "--max-model-len", "1024", "--forced-drafts", "4", "--log-level", "warning")
+    """The faults' server, which drafts, started while the tests without an engine run
+    (``early.py``); ``test_faults.py`` declares the same one."""
+    work.server("faults", *FAULTS_SERVER)
 
 
 @pytest.fixture(scope="module")
-def drafting_server(early_work: EarlyWork) -> Iterator[str]:
-    with early_work.take_server("drafting") as live:
-        yield live.url
-    assert not live.left_processes_behind
+def drafting_server(early_work: EarlyWork) -> str:
+    """The faults' server, which drafts (``--forced-drafts 4``, declared by ``test_faults.py``):
+    lent for this module, which runs before the faults module takes it."""
+    return early_work.lend_server("faults").url
 
 
 async def _json(client: openai.AsyncOpenAI, schema: dict, **kwargs: Any) -> Any:
