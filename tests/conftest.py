@@ -81,7 +81,11 @@ def _engine_group(module_items: list[pytest.Item]) -> int:
     """When a module runs. Engine starts dominate the suite's time, and each engine holds gigabytes
     while it stands, so few stand at once: the shared server's modules come first and the server
     stops after the last of them; then the modules with servers of their own; then the other
-    engine tests; last those on the in-process engine, which stands until the session ends."""
+    engine tests; last those on the in-process engine, which stands until the session ends. Before
+    all of them, a module marked ``RUNS_FIRST`` (the fleet: its engines take more memory than any
+    other server, so it starts first and is gone before the others stand)."""
+    if getattr(getattr(module_items[0], "module", None), "RUNS_FIRST", False):
+        return -1
     if not any(item.get_closest_marker("engine") for item in module_items):
         return 0
     if any("runtime" in getattr(item, "fixturenames", ()) for item in module_items):

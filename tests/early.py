@@ -4,7 +4,9 @@ An engine start takes about half a minute of the suite's two cores, mostly in on
 modules without engine tests run first (``conftest.py`` orders them) and keep about one core busy,
 so the servers the engine tests talk to are started, and the CLI runs they check are made, in the
 meantime: in a background thread, one at a time (each holds an engine's memory while it starts), in
-the order the tests will ask for them. A test that asks for one before it is done waits for it; the
+the order the tests will ask for them. A second queue runs beside it: the server of the module that
+runs before all others (the fleet), then, once that server has stopped and freed its memory, the
+CLI runs, which end by themselves. A test that asks for work before it is done waits for it; the
 assertions are the test's own, on the same server or the same finished process as before.
 
 A module declares its work in a module-level function ``early(work: EarlyWork) -> None``, called at
@@ -33,13 +35,17 @@ class EarlyWork:
     def __init__(self, folder: Path) -> None:
         self._folder = folder
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-work")
+        #: Work that starts beside the queue rather than in it (``server(..., beside=True)``).
+        self._beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="early-work-beside")
         self._servers: dict[str, Future[LiveServer]] = {}
         self._results: dict[str, Future[Any]] = {}
         #: Work held back until ``begin_the_last``: servers that would stand idle through the other work.
         self._last: list[Callable[[], None]] = []
         #: The names of the servers declared so far.
         self._declared: set[str] = set()
-        self._running: subprocess.Popen[str] | None = None
+        self._running: set[subprocess.Popen[str]] = set()
+        #: Set by ``release``: what the work queued beside after ``hold_beside_until_released`` waits for.
+        self._released: dict[str, threading.Event] = {}
         self._closed = threading.Event()
 
     def folder(self, name: str) -> Path:
@@ -48,17 +54,20 @@ class EarlyWork:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def server(self, name: str, *flags: str, last: bool = False, command: Sequence[str] | None = None) -> None:
+    def server(
+        self, name: str, *flags: str, last: bool = False, beside: bool = False, command: Sequence[str] | None = None
+    ) -> None:
         """Start ``tokenmold serve FLAGS`` (or ``command FLAGS``) and wait until it is healthy, before
         the next work begins; ``last``: after all the work not so marked (a server that stands idle
-        until its module runs holds an engine's memory all that while)."""
+        until its module runs holds an engine's memory all that while); ``beside``: at once, beside
+        the queue, for the module that runs first (the queue's first server would wait for it)."""
         if name in self._declared:  # two modules that share one server both declare it
             return
         self._declared.add(name)
         live = LiveServer(*flags, log=self.folder(name) / "serve.log", command=command)
 
         def submit() -> None:
-            self._servers[name] = self._pool.submit(lambda: live.launch().ready())
+            self._servers[name] = (self._beside if beside else self._pool).submit(lambda: live.launch().ready())
 
         if last:
             self._last.append(submit)
@@ -71,9 +80,21 @@ class EarlyWork:
             submit()
         self._last.clear()
 
-    def run(self, name: str, *args: str, timeout_s: float = 900) -> None:
-        """Run ``tokenmold ARGS`` to its end, its output kept for the test that checks it."""
-        self.call(name, lambda: self._run(list(args), timeout_s))
+    def run(self, name: str, *args: str, timeout_s: float = 900, beside: bool = False) -> None:
+        """Run ``tokenmold ARGS`` to its end, its output kept for the test that checks it; ``beside``:
+        in the queue beside the main one (after what holds it: ``hold_beside_until_released``)."""
+        pool = self._beside if beside else self._pool
+        self._results[name] = pool.submit(lambda: self._run(list(args), timeout_s))
+
+    def hold_beside_until_released(self, name: str) -> None:
+        """Work queued beside after this waits until ``release(name)``: the runs that go beside the
+        main queue wait for the fleet, which runs first, to stop (its memory and cores freed)."""
+        released = self._released.setdefault(name, threading.Event())
+        self._beside.submit(released.wait)
+
+    def release(self, name: str) -> None:
+        """Let the work held for ``name`` begin."""
+        self._released.setdefault(name, threading.Event()).set()
 
     def call(self, name: str, work: Callable[[], Any]) -> None:
         """Call ``work`` (processes a test drives itself: started, killed, restarted), its result or
@@ -103,11 +124,15 @@ class EarlyWork:
         """Drop the work not begun, end the run under way, stop every server no test took, and
         remove the work's folder."""
         self._closed.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
-        running = self._running
-        if running is not None and running.poll() is None:
-            os.killpg(running.pid, signal.SIGKILL)
+        for released in self._released.values():
+            released.set()
+        for pool in (self._pool, self._beside):
+            pool.shutdown(wait=False, cancel_futures=True)
+        for running in list(self._running):
+            if running.poll() is None:
+                os.killpg(running.pid, signal.SIGKILL)
         self._pool.shutdown(wait=True)
+        self._beside.shutdown(wait=True)
         for started in self._servers.values():
             if started.done() and not started.cancelled() and started.exception() is None:
                 started.result().__exit__(None, None, None)
@@ -120,14 +145,14 @@ class EarlyWork:
         proc = subprocess.Popen(
             command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
         )
-        self._running = proc
+        self._running.add(proc)
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             stdout, stderr = proc.communicate()
         finally:
-            self._running = None
+            self._running.discard(proc)
         return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 

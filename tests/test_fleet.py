@@ -35,9 +35,18 @@ from tokenmold.service.fleet.forwarding import REPLICA_HEADER
 
 pytestmark = pytest.mark.engine
 
+#: The fleet's two engines and Ray take more memory than any other server of the suite: it starts
+#: at once, beside the early work's queue, and this module runs first and stops it, before the
+#: other servers stand (``conftest._engine_group``).
+RUNS_FIRST = True
+
 COMMAND = (sys.executable, "-m", "tokenmold.service.cli", "ray", "serve")
-#: Each replica reserves no Ray CPU: the two engines and the batch's callers share the suite's two cores.
-FLEET_FLAGS = ("--replicas", "2", "--cpus-per-replica", "0", "--max-model-len", "1024", "--max-num-seqs", "16")
+#: Each replica reserves no Ray CPU (the two engines and the batch's callers share the suite's two
+#: cores) and keeps one compile worker (a replica's memory is what bounds the suite here).
+FLEET_FLAGS = (
+    "--replicas", "2", "--cpus-per-replica", "0", "--compile-workers", "1",
+    "--max-model-len", "1024", "--max-num-seqs", "16",
+)  # fmt: skip
 REPLICA_PROCESS = "ServeReplica:tokenmold:EngineReplica"
 
 
@@ -45,23 +54,28 @@ def early(work: EarlyWork) -> None:
     """The fleet starts while the tests without an engine run (``early.py``)."""
     folder = work.folder("fleet")
     stores = ("--batch-dir", str(folder / "batch"), "--grammar-cache-dir", str(folder / "grammars"))
-    work.server("fleet", *FLEET_FLAGS, *stores, command=COMMAND)
+    work.server("fleet", *FLEET_FLAGS, *stores, command=COMMAND, beside=True)
+    work.hold_beside_until_released("fleet")
 
 
 @pytest.fixture(scope="module")
 def fleet(early_work: EarlyWork) -> Iterator[LiveServer]:
-    live = early_work.take_server("fleet")
+    """The fleet; once stopped, the runs held for it begin (``early.py``)."""
     try:
-        yield live
+        live = early_work.take_server("fleet")
+        try:
+            yield live
+        finally:
+            # Ray's workers (replicas, engines) leave the command's process group: those still up
+            # once it stopped are killed, so that no engine outlives the module.
+            started = live.processes()
+            live.__exit__(None, None, None)
+            _, alive = psutil.wait_procs(started, timeout=30)
+            for proc in alive:
+                proc.kill()
+            assert not alive, f"processes left behind: {[proc.pid for proc in alive]}"
     finally:
-        # Ray's workers (replicas, engines) leave the command's process group: those still up once
-        # it stopped are killed, so that no engine outlives the module.
-        started = live.processes()
-        live.__exit__(None, None, None)
-        _, alive = psutil.wait_procs(started, timeout=30)
-        for proc in alive:
-            proc.kill()
-        assert not alive, f"processes left behind: {[proc.pid for proc in alive]}"
+        early_work.release("fleet")
 
 
 @pytest.fixture(scope="module")

@@ -90,7 +90,7 @@ def early(work: EarlyWork) -> None:
     }
     path = work.folder("guards") / "s.json"
     path.write_text(json.dumps(schema))
-    work.run("generate-without-guards", "generate", "--no-guards", "--schema", str(path), *ASK)
+    work.run("generate-without-guards", "generate", "--no-guards", "--schema", str(path), *ASK, beside=True)
 
 
 @pytest.mark.engine
