@@ -131,7 +131,9 @@ def deploy_replicas(options: Any, app_name: str = APP_NAME) -> bool:
 def run_batch_command(args: argparse.Namespace) -> int:
     """``tokenmold ray batch``: the exit codes of ``tokenmold batch``."""
     from tokenmold.service.batch.cli import ResultSink, _lines, run_lines
+    from tokenmold.service.fleet.cli import check_counts
 
+    check_counts(args)
     batch = read_requests(_lines(args.input))
 
     def execute(todo: list[Job], sink: ResultSink) -> bool:

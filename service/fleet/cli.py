@@ -83,6 +83,18 @@ def _fleet_flags(parser: argparse.ArgumentParser) -> None:
     fleet.add_argument("--app-name", default=APP_NAME, help="the Ray Serve application's name")
 
 
+def check_counts(args: argparse.Namespace) -> None:
+    """The replica counts a command line gives, refused before any cluster starts."""
+    if args.replicas < 1:
+        raise BadInput("--replicas must be at least 1")
+    low = args.min_replicas if args.min_replicas is not None else 1
+    high = args.max_replicas if args.max_replicas is not None else args.replicas
+    if (args.min_replicas is not None or args.max_replicas is not None) and not 0 <= low <= args.replicas <= high:
+        raise BadInput(
+            f"autoscaling needs --min-replicas <= --replicas <= --max-replicas (got {low}, {args.replicas}, {high})"
+        )
+
+
 def fleet_options(args: argparse.Namespace) -> Any:  # -> deployments.FleetOptions
     """The fleet a parsed ``ray serve``/``ray batch`` command line asks for (Ray connected)."""
     import ray
@@ -90,8 +102,6 @@ def fleet_options(args: argparse.Namespace) -> Any:  # -> deployments.FleetOptio
     from tokenmold.service.cli import engine_config
     from tokenmold.service.fleet.deployments import FleetOptions, passed_on_environment
 
-    if args.replicas < 1:
-        raise BadInput("--replicas must be at least 1")
     engine = engine_config(args, reasoning_parser=args.reasoning_parser, forced_drafts=args.forced_drafts)
     gpus = args.gpus_per_replica
     if gpus is None:
@@ -144,6 +154,7 @@ def _serve(args: argparse.Namespace) -> int:
     from tokenmold.service.api.server import listen
     from tokenmold.service.fleet.deployments import fleet_application
 
+    check_counts(args)
     listen(args.host, args.port).close()  # a port already taken is the caller's error, before any replica starts
     address = connect(args)
     options = fleet_options(args)
