@@ -64,6 +64,7 @@ def paths() -> list[str]:
 
 
 def test_masks_report(paths, tmp_path, capsys):
+    paths = paths[:2]  # every engine on two real schemas (the walk report takes the third)
     out = tmp_path / "masks.json"
     assert run_masks([*paths, "--jobs", "2", "--json", str(out)]) == 0
     table = capsys.readouterr().out

@@ -113,19 +113,23 @@ def verdicts(dataset: Any, *, app_name: str = APP_NAME, actors: int = 1, lines_p
     )
 
 
-def deploy_replicas(options: Any, app_name: str = APP_NAME) -> bool:
-    """Start the fleet's replicas as ``app_name``, without an HTTP route, unless an application of
-    that name already runs (a ``tokenmold ray serve``: the batch shares its replicas). Returns
-    whether it deployed them (so that the caller deletes them afterwards)."""
+def fleet_running(app_name: str = APP_NAME) -> bool:
+    """Whether an application ``app_name`` runs in the connected cluster (a ``tokenmold ray
+    serve``, whose replicas a batch then shares)."""
+    from ray import serve
+
+    return serve.status().applications.get(app_name) is not None
+
+
+def deploy_replicas(options: Any, app_name: str = APP_NAME) -> None:
+    """Start the fleet's replicas as ``app_name``, without an HTTP route (delete them with
+    ``serve.delete(app_name)``)."""
     from ray import serve
 
     from tokenmold.service.fleet.deployments import replica_deployment
 
-    if serve.status().applications.get(app_name) is not None:
-        return False
     serve.start(http_options={"location": "NoServer"})
     serve.run(replica_deployment(options), name=app_name, route_prefix=None, blocking=False)
-    return True
 
 
 def run_batch_command(args: argparse.Namespace) -> int:
@@ -146,7 +150,9 @@ def run_batch_command(args: argparse.Namespace) -> int:
         if not (args.log_level or args.verbose):  # the command's own progress line says it
             ray.data.DataContext.get_current().enable_progress_bars = False
             logging.getLogger("ray.data").setLevel(logging.ERROR)
-        deployed = deploy_replicas(fleet_options(args), args.app_name)
+        deployed = not fleet_running(args.app_name)
+        if deployed:  # else the batch shares the running application's replicas
+            deploy_replicas(fleet_options(args), args.app_name)
         try:
             sink.engines_started()
             jobs = {job.custom_id: job for job in todo}
