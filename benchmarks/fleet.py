@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.grammar_store import PROMPT, heavy_ebnf
+from benchmarks.grammar_store import heavy_ebnf, timed_request
 from tokenmold.service.bench.live_server import LiveServer
 from tokenmold.service.fleet.forwarding import REPLICA_HEADER
 
@@ -75,22 +75,9 @@ def run_fleet(argv: list[str] | None = None) -> int:
 
 
 def _timed(url: str, grammar: str, max_tokens: int) -> tuple[float, str]:
-    body = {
-        "model": _model(url),
-        "messages": [{"role": "user", "content": PROMPT}],
-        "grammar": grammar,
-        "max_tokens": max_tokens,
-        "temperature": 0,
-    }
-    started = time.perf_counter()
-    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=900)
-    elapsed = time.perf_counter() - started
-    response.raise_for_status()
-    return elapsed, response.headers[REPLICA_HEADER]
-
-
-def _model(url: str) -> str:
-    return str(httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"])
+    """A request's seconds and the replica that answered it."""
+    seconds, response = timed_request(url, grammar, max_tokens)
+    return seconds, response.headers[REPLICA_HEADER]
 
 
 def _compiles_by_replica(url: str, replicas: int, tries: int = 60) -> dict[str, float]:

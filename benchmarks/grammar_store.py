@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from tokenmold.service.bench.live_server import LiveServer
 
@@ -72,7 +73,8 @@ def _server(serve: tuple[str, ...], directory: Path, name: str) -> LiveServer:
     return LiveServer(*serve, log=directory.parent / f"{directory.name}-{name}.log", startup_timeout_s=1200)
 
 
-def _timed(url: str, grammar: str, max_tokens: int) -> float:
+def timed_request(url: str, grammar: str, max_tokens: int) -> tuple[float, Any]:
+    """One chat request in the shape of ``grammar``: its seconds and its (successful) response."""
     import httpx
 
     model = httpx.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
@@ -84,10 +86,14 @@ def _timed(url: str, grammar: str, max_tokens: int) -> float:
         "temperature": 0,
     }
     started = time.perf_counter()
-    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=600)
+    response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=900)
     elapsed = time.perf_counter() - started
     response.raise_for_status()
-    return elapsed
+    return elapsed, response
+
+
+def _timed(url: str, grammar: str, max_tokens: int) -> float:
+    return timed_request(url, grammar, max_tokens)[0]
 
 
 def _wait_until_kept(directory: Path, shapes: int, timeout_s: float = 300) -> str:

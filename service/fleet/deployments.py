@@ -98,8 +98,13 @@ class EngineReplica:
             raise RuntimeError("the engine process died")
 
     async def __del__(self) -> None:
-        await self._dispatcher.aclose()
-        await self._lifespan.__aexit__(None, None, None)
+        """Ray Serve's shutdown of the replica: the app's own (batches stopped, engine shut down).
+        Also called after a failed ``__init__``: only what was started is stopped."""
+        dispatcher, lifespan = getattr(self, "_dispatcher", None), getattr(self, "_lifespan", None)
+        if dispatcher is not None:
+            await dispatcher.aclose()
+        if lifespan is not None:
+            await lifespan.__aexit__(None, None, None)
 
 
 class _Relay(Response):
