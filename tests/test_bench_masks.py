@@ -9,7 +9,9 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +26,9 @@ from benchmarks.walk import run_walk
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
 FILES = ["Github_trivial---o50969.json", "Github_easy---o90887.json", "BFCL_simple_1.json"]
+#: The handwritten files of the shared run (each its own source in the report's ``by_source``).
+ORDER_FILE = "Order---order.json"
+LEAK_FILE = "Leak---leak.json"
 COMPILE_FIELDS = {"schemas", "compiled", "compile_errors", "timeouts", "step_timeouts", "crashes", "ttfm_ms"}
 MASK_FIELDS = COMPILE_FIELDS | {
     "valid_tests",
@@ -63,19 +68,77 @@ def paths() -> list[str]:
     return [str(f) for f in files]
 
 
-def test_masks_report(paths, tmp_path, capsys):
-    paths = paths[:2]  # every engine on two real schemas (the walk report takes the third)
-    out = tmp_path / "masks.json"
-    assert run_masks([*paths, "--jobs", "2", "--json", str(out)]) == 0
-    table = capsys.readouterr().out
-    report = json.loads(out.read_text())
-    assert report["run"]["files"] == len(paths)
+#: Valid in order, valid out of the schema's order, and mislabelled valid (rejected for its value).
+ORDER_CASE = {
+    "description": "order",
+    "meta": {},
+    "schema": {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+        "required": ["name", "age"],
+        "additionalProperties": False,
+    },
+    "tests": [
+        {"valid": True, "data": {"name": "a", "age": 1}},
+        {"valid": True, "data": {"age": 1, "name": "a"}},
+        {"valid": True, "data": {"name": "a", "age": "1"}},
+    ],
+}
+#: uniqueItems is beyond any grammar: [1, 1] leaks through the mask and validation catches it;
+#: ["a"] is refused by the mask (not a leak).
+LEAK_CASE = {
+    "description": "leak",
+    "meta": {},
+    "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
+    "tests": [
+        {"valid": False, "data": [1, 1]},
+        {"valid": False, "data": ["a"]},
+        {"valid": True, "data": [1, 2]},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class MasksRun:
+    """One finished ``tokenmold bench masks`` run: what it printed and the JSON report it wrote."""
+
+    table: str
+    report: dict[str, Any]
+
+    def examples(self, engine: str, kind: str, file: str) -> list[int]:
+        """The tests of ``file`` listed as examples of ``kind`` for ``engine``."""
+        listed = self.report["engines"][engine]["examples"].get(kind, [])
+        return [example["test"] for example in listed if example["file"] == file]
+
+
+@pytest.fixture(scope="module")
+def masks_run(paths, tmp_path_factory) -> MasksRun:
+    """``tokenmold bench masks`` as a user runs it from a folder that is not the checkout (the
+    checkout's benchmarks are found next to the installed package), every engine on two real
+    schemas and two handwritten ones: one run (each engine's start costs seconds) that several
+    tests below read."""
+    folder = tmp_path_factory.mktemp("masks")
+    handwritten = []
+    for name, case in ((ORDER_FILE, ORDER_CASE), (LEAK_FILE, LEAK_CASE)):
+        (folder / name).write_text(json.dumps(case))
+        handwritten.append(str(folder / name))
+    out = folder / "masks.json"
+    command = [sys.executable, "-m", "tokenmold.service.cli", "bench", "masks", *paths[:2], *handwritten, "--jobs", "2"]
+    proc = subprocess.run([*command, "--json", str(out)], cwd=folder, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return MasksRun(proc.stdout, json.loads(out.read_text()))
+
+
+def test_masks_report(masks_run):
+    table, report = masks_run.table, masks_run.report
+    files = len(FILES[:2]) + 2
+    assert report["run"]["files"] == files
     assert list(report["engines"]) == list(ENGINE_NAMES)
     for engine, stats in report["engines"].items():
         assert engine in table
         assert MASK_FIELDS <= set(stats), engine
         assert set(stats["ttfm_ms"]) == set(stats["tbm_us"]) == PERCENTILES
-        assert stats["schemas"] == len(paths)
+        assert stats["schemas"] == files
         assert stats["compiled"] + sum(stats["compile_errors"].values()) + stats["timeouts"] <= stats["schemas"]
         assert stats["valid_tests"] > 0 and stats["invalid_tests"] > 0
         assert stats["valid_rejected"] <= stats["valid_rejected_final"] <= stats["valid_tests"]
@@ -83,17 +146,40 @@ def test_masks_report(paths, tmp_path, capsys):
         assert sum(stats["leaks_by_keyword"].values()) == stats["invalid_accepted_by_mask"]
         assert stats["mismatches"] == 0, stats["examples"].get("mismatch")
         assert len(stats["ttfm_ms_by_file"]) == stats["compiled"]
+        assert "rewalked" not in stats  # only with --rewalks
     common = set.intersection(*(set(s["ttfm_ms_by_file"]) for s in report["engines"].values()))
     compare = table.split("files all engines compiled", 1)[1].splitlines()[2:]
     counted = {line.split()[0]: int(line.split()[1]) for line in compare if line}
     assert counted == dict.fromkeys(ENGINE_NAMES, len(common))
     tokenmold = report["engines"]["tokenmold"]
-    assert tokenmold["compiled"] == len(paths)
-    # The one valid instance tokenmold refuses carries a key its object does not list ("bar ", with
-    # a space) where the schema says nothing about other keys: the closed-by-default layout.
-    assert tokenmold["valid_rejected_final"] == tokenmold["valid_rejected"] == 1, tokenmold["examples"]
-    assert [(e["file"], e["test"]) for e in tokenmold["examples"]["valid_rejected_closed"]] == [(FILES[0], 0)]
+    assert tokenmold["compiled"] == files
+    assert "mask p50/p99" in table
+    # The one valid MaskBench instance tokenmold refuses carries a key its object does not list
+    # ("bar ", with a space) where the schema says nothing about other keys: the closed-by-default
+    # layout.
+    real = [source_of(name) for name in FILES[:2]]
+    assert sum(tokenmold["by_source"][source]["valid_rejected"] for source in real) == 1, tokenmold["examples"]
+    assert masks_run.examples("tokenmold", "valid_rejected_closed", FILES[0]) == [0]
+    assert tokenmold["valid_rejected_closed"] == 1
     assert tokenmold["invalid_accepted_final"] == 0, tokenmold["examples"]
+
+
+def test_masks_tells_property_order_from_other_rejections(masks_run):
+    for engine in ("tokenmold", "llguidance"):
+        order = masks_run.report["engines"][engine]["by_source"][source_of(ORDER_FILE)]
+        assert (order["valid_tests"], order["valid_rejected"], order["valid_rejected_order"]) == (3, 2, 1)
+        assert masks_run.examples(engine, "valid_rejected_order", ORDER_FILE) == [1]
+        assert masks_run.examples(engine, "valid_rejected", ORDER_FILE) == [2]
+
+
+def test_masks_sorts_leaks_by_the_keyword_the_mask_let_through(masks_run):
+    """An invalid instance the mask accepts is counted by the validation layer's first objection."""
+    stats = masks_run.report["engines"]["tokenmold"]
+    leak = stats["by_source"][source_of(LEAK_FILE)]
+    assert (leak["invalid_accepted_by_mask"], leak["invalid_accepted_final"]) == (1, 0)
+    kinds = {kind for kind in stats["examples"] if masks_run.examples("tokenmold", kind, LEAK_FILE)}
+    assert kinds == {"leak:uniqueItems"}
+    assert masks_run.examples("tokenmold", "leak:uniqueItems", LEAK_FILE) == [0]
 
 
 def test_masks_rewalks_read_the_same_positions_apart(paths, tmp_path, capsys):
@@ -106,19 +192,9 @@ def test_masks_rewalks_read_the_same_positions_apart(paths, tmp_path, capsys):
     rewalked = stats["rewalked"]
     assert rewalked["masks_timed"] == stats["masks_timed"] > 0
     assert set(rewalked["tbm_us"]) == PERCENTILES and rewalked["slow_masks"] <= rewalked["masks_timed"]
-    assert run_masks([paths[1], "--engines", "tokenmold", "--json", str(out)]) == 0
-    assert "rewalked" not in json.loads(out.read_text())["engines"]["tokenmold"]
 
 
-def test_masks_runs_as_tokenmold_bench_from_any_folder(paths, tmp_path):
-    """``tokenmold bench masks``, as the issue that set MaskBench's targets names it, from a folder
-    that is not the checkout: the checkout's benchmarks are found next to the installed package."""
-    out = tmp_path / "masks.json"
-    command = [sys.executable, "-m", "tokenmold.service.cli", "bench", "masks", paths[0], "--engines", "tokenmold"]
-    proc = subprocess.run([*command, "--json", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "tokenmold" in proc.stdout and "mask p50/p99" in proc.stdout
-    assert json.loads(out.read_text())["engines"]["tokenmold"]["compiled"] == 1
+def test_bench_without_a_benchmark_names_them(tmp_path):
     usage = subprocess.run(
         [sys.executable, "-m", "tokenmold.service.cli", "bench"], cwd=tmp_path, capture_output=True, text=True
     )
@@ -228,56 +304,6 @@ def test_in_closed_layout_drops_only_keys_a_silent_object_does_not_list():
     data = {"zz": 0, "c": 3, "a": {"y": 2, "x": 1}, "b": 2}
     # Silent at the top (zz goes; c is required, so declared), open below (y stays).
     assert json.dumps(in_closed_layout(data, schema)) == json.dumps({"a": {"x": 1, "y": 2}, "b": 2, "c": 3})
-
-
-def test_masks_tells_property_order_from_other_rejections(tmp_path):
-    schema = {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
-        "required": ["name", "age"],
-        "additionalProperties": False,
-    }
-    case = {
-        "description": "order",
-        "meta": {},
-        "schema": schema,
-        "tests": [
-            {"valid": True, "data": {"name": "a", "age": 1}},
-            {"valid": True, "data": {"age": 1, "name": "a"}},  # valid, but not in the schema's order
-            {"valid": True, "data": {"name": "a", "age": "1"}},  # mislabelled: rejected for its value
-        ],
-    }
-    path = tmp_path / "Handwritten---order.json"
-    path.write_text(json.dumps(case))
-    out = tmp_path / "masks.json"
-    assert run_masks([str(path), "--engines", "tokenmold,llguidance", "--json", str(out)]) == 0
-    for stats in json.loads(out.read_text())["engines"].values():
-        assert (stats["valid_tests"], stats["valid_rejected"], stats["valid_rejected_order"]) == (3, 2, 1)
-        assert [e["test"] for e in stats["examples"]["valid_rejected_order"]] == [1]
-        assert [e["test"] for e in stats["examples"]["valid_rejected"]] == [2]
-
-
-def test_masks_sorts_leaks_by_the_keyword_the_mask_let_through(tmp_path):
-    """An invalid instance the mask accepts is counted by the validation layer's first objection:
-    uniqueItems is beyond any grammar, so [1, 1] leaks through the mask and validation catches it."""
-    case = {
-        "description": "leak",
-        "meta": {},
-        "schema": {"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
-        "tests": [
-            {"valid": False, "data": [1, 1]},
-            {"valid": False, "data": ["a"]},  # refused by the mask: not a leak
-            {"valid": True, "data": [1, 2]},
-        ],
-    }
-    path = tmp_path / "Handwritten---leak.json"
-    path.write_text(json.dumps(case))
-    out = tmp_path / "masks.json"
-    assert run_masks([str(path), "--engines", "tokenmold", "--json", str(out)]) == 0
-    stats = json.loads(out.read_text())["engines"]["tokenmold"]
-    assert (stats["invalid_accepted_by_mask"], stats["invalid_accepted_final"]) == (1, 0)
-    assert stats["leaks_by_keyword"] == {"uniqueItems": 1}
-    assert [e["test"] for e in stats["examples"]["leak:uniqueItems"]] == [0]
 
 
 def test_apply_bench_checks_its_rows_against_the_whole_row_pass(paths, capsys):
