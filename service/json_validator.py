@@ -1,5 +1,6 @@
-"""The jsonschema validator the validation layer uses: the schema's draft, formats checked, and
-patterns read as JSON Schema writes them.
+"""The jsonschema validator the validation layer uses: the schema's draft, formats checked (``iri``
+and ``iri-reference`` by ``iri_format``, from draft 7 on, as jsonschema names them), and patterns
+read as JSON Schema writes them.
 
 jsonschema searches ``pattern`` and ``patternProperties`` with Python's ``re``, which has no Unicode
 property escapes (``\\p{Letter}``): a schema using them would make every validation raise. The
@@ -18,12 +19,27 @@ from jsonschema import ValidationError
 from jsonschema.validators import extend, validator_for
 
 from tokenmold.grammar.jsonschema.regex import search
+from tokenmold.service.iri_format import is_iri, is_iri_reference
+
+#: The drafts that name the ``iri`` formats (jsonschema's own list).
+_IRI_DRAFTS = frozenset({jsonschema.Draft7Validator, jsonschema.Draft201909Validator, jsonschema.Draft202012Validator})
 
 
 def schema_validator(schema: Any) -> jsonschema.protocols.Validator:
     """A validator of ``schema``'s draft (default 2020-12), its format checker on."""
     base = validator_for(schema, default=jsonschema.Draft202012Validator)
-    return _with_schema_patterns(base)(schema, format_checker=base.FORMAT_CHECKER)
+    return _with_schema_patterns(base)(schema, format_checker=format_checker(base))
+
+
+@cache
+def format_checker(base: Any) -> jsonschema.FormatChecker:
+    """``base``'s own format checker, with the ``iri`` formats where its draft names them."""
+    checker = jsonschema.FormatChecker(())
+    checker.checkers = dict(base.FORMAT_CHECKER.checkers)
+    if base in _IRI_DRAFTS:
+        checker.checks("iri", raises=ValueError)(is_iri)
+        checker.checks("iri-reference", raises=ValueError)(is_iri_reference)
+    return checker
 
 
 @cache

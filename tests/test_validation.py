@@ -101,11 +101,14 @@ def test_invalid_outputs_name_keyword_and_pointer(compiler, text, keyword, path)
         ("uri", "not a uri", "https://example.com/a?b=c"),
         ("date", "2022-13-45", "2022-01-31"),
         ("uuid", "1234", "123e4567-e89b-12d3-a456-426614174000"),
+        ("iri", "/relative/ページ", "https://例え.jp/ページ?q=値#節"),
+        ("iri-reference", "ページ with a space", "../ページ?q=値"),
     ],
 )
 def test_formats_are_checked(fmt: str, bad: str, good: str) -> None:
     # MaskBench found a date-time "January 1, 2022" accepted: jsonschema skips a format whose
-    # checker package is missing (date-time, uri...), so the format-nongpl extra is a dependency.
+    # checker package is missing (date-time, uri...), so those packages are dependencies (the iri
+    # formats: service/iri_format.py).
     schema = {"type": "string", "format": fmt}
     assert [e.keyword for e in check_json(json.dumps(bad), schema)[1]] == ["format"]
     assert check_json(json.dumps(good), schema)[1] == []
