@@ -8,7 +8,8 @@ Each patch below is one small unit: what vLLM lacks, the vLLM/torch attributes i
 replaces (``Assumption``, ``service/vllm_contract.py``: where it lives and the parameters it
 takes), and how it installs.
 ``register()`` checks the installed vLLM release against ``COMPATIBLE_VLLM`` and every assumption
-of every patch, then installs them all; on any difference it raises ``VllmPatchMismatch`` with one
+of every patch (once per install: the processes vLLM spawns inherit ``CHECKED_ENV``), then installs
+them all; on any difference it raises ``VllmPatchMismatch`` with one
 line naming the patch, what it was written for and what was found, and installs nothing (an engine
 with half its patches would misapply grammars silently). tests/test_vllm_patches.py holds one
 contract test per patch.
@@ -16,6 +17,7 @@ contract test per patch.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import OrderedDict
@@ -64,6 +66,19 @@ def check(patches: tuple[Patch, ...] | None = None) -> None:
                 )
 
 
+#: Set by a process whose check passed to what it checked (``_checked_install``): the processes
+#: vLLM spawns from it (engine core, workers) inherit it and skip the same check, which reads
+#: vLLM's sources (0.8 s of CPU in each process, on the path of every engine start).
+CHECKED_ENV = "TOKENMOLD_VLLM_PATCHES_CHECKED"
+
+
+def _checked_install() -> str:
+    """The vLLM release and files, and these patches' file: what one check holds for."""
+    import vllm
+
+    return f"{vllm_version()} {vllm.__file__} {__file__}"
+
+
 _registered = False
 
 
@@ -72,7 +87,10 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    check()
+    install = _checked_install()
+    if os.environ.get(CHECKED_ENV) != install:
+        check()
+        os.environ[CHECKED_ENV] = install
     for patch in PATCHES:
         patch.install()
     _registered = True

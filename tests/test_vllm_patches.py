@@ -7,6 +7,7 @@ upgraded these are the tests that say which patch to revisit.
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
@@ -259,6 +260,7 @@ def test_an_engine_keeps_its_xgrammar_grammars_and_a_fresh_one_loads_them(
 def test_another_vllm_release_is_refused_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(vllm_plugin, "vllm_version", lambda: "0.33.1")
     monkeypatch.setattr(vllm_plugin, "_registered", False)
+    monkeypatch.delenv(vllm_plugin.CHECKED_ENV, raising=False)
     installs: list[str] = []
     guarded = Patch("probe", "nothing", (), lambda: installs.append("probe"))
     monkeypatch.setattr(vllm_plugin, "PATCHES", (guarded,))
@@ -270,6 +272,23 @@ def test_another_vllm_release_is_refused_in_one_line(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(vllm_plugin, "vllm_version", lambda: "0.32.0+cpu")  # a local build tag
     vllm_plugin.register()
     assert installs == ["probe"]
+
+
+def test_a_process_spawned_after_a_passed_check_skips_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine core and its workers inherit what their parent checked: the same install is not
+    checked again, another one (a different release) is."""
+    monkeypatch.delenv(vllm_plugin.CHECKED_ENV, raising=False)
+    checks: list[str] = []
+    monkeypatch.setattr(vllm_plugin, "check", lambda: checks.append(vllm_plugin.vllm_version()))
+    monkeypatch.setattr(vllm_plugin, "PATCHES", ())
+    for _ in range(2):  # the parent, then a process that inherited its environment
+        monkeypatch.setattr(vllm_plugin, "_registered", False)
+        vllm_plugin.register()
+    assert len(checks) == 1 and os.environ[vllm_plugin.CHECKED_ENV].startswith(checks[0] + " ")
+    monkeypatch.setattr(vllm_plugin, "vllm_version", lambda: "0.33.1")
+    monkeypatch.setattr(vllm_plugin, "_registered", False)
+    vllm_plugin.register()
+    assert checks[1:] == ["0.33.1"]
 
 
 def test_a_changed_signature_names_the_patch_in_one_line() -> None:
