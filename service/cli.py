@@ -398,6 +398,9 @@ def _generate(args: argparse.Namespace) -> int:
         raise BadInput(_one_line(exc)) from None
     config = RuntimeConfig(
         engine=engine_config(args),
+        # One shape: one compile worker (the server's default sizes the pool to the machine, up to
+        # 16 processes of ~0.5 GiB each, for compiles this command never makes).
+        compile_workers=1,
         repetition_guard=args.repetition_guard,
         guards=args.guards,
         chat_template=args.chat_template,

@@ -194,7 +194,9 @@ async def _execute(
     from tokenmold.service.engine import EngineConfig
     from tokenmold.service.runtime import Runtime, RuntimeConfig
 
-    runtime = Runtime(RuntimeConfig(engine=EngineConfig(model=args.model, max_model_len=args.max_model_len)))
+    engine = EngineConfig(model=args.model, max_model_len=args.max_model_len)
+    # extract has one shape: one compile worker; a batch's lines may bring many (the machine's default).
+    runtime = Runtime(RuntimeConfig(engine=engine, compile_workers=1 if schema is not None else None))
     dispatcher = None
     try:
         if schema is not None:  # refuse a bad schema before the engine starts
