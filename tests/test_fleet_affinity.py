@@ -68,3 +68,13 @@ def test_a_flooding_shape_is_only_ever_sent_to_a_replica_under_the_bound() -> No
             finished = rng.choice([name for name, load in loads.items() if load] or ["a"])
             loads[finished] = max(0, loads[finished] - 1)
     assert min(loads.values()) > 0, "the flood spilled over every replica"
+
+
+def test_a_shapes_home_is_given_longer_than_rays_default_to_tell_its_queue() -> None:
+    """A replica busy compiling on a loaded host answers Ray Serve's queue-length probe after
+    0.1 s: with Ray's deadline the home was passed over and the shape compiled cold elsewhere."""
+    from ray.serve.request_router import RequestRouter
+
+    from tokenmold.service.fleet.router import ShapeAffinityRouter
+
+    assert ShapeAffinityRouter.queue_len_response_deadline_s >= 10 * RequestRouter.queue_len_response_deadline_s

@@ -32,6 +32,15 @@ class ShapeAffinityRouter(LocalityMixin, RequestRouter):
     """A shape's requests go to its home replica, load bounded; requests without a shape (and every
     request with ``affinity=False``) go to the less loaded of two replicas picked at random."""
 
+    #: How long a replica may take to tell its queue length (asked while Ray Serve's cache of it is
+    #: empty or stale) before Ray Serve passes it over for the next rank; Ray's default is 0.1 s,
+    #: doubled per retry up to 1 s. A replica busy compiling answers later than that on a loaded
+    #: host, and passing a shape's home over sends it to a replica that compiles it cold, seconds
+    #: lost: waiting up to a second for the home is the cheaper mistake (and costs nothing where a
+    #: replica answers in time).
+    queue_len_response_deadline_s = 1.0
+    max_queue_len_response_deadline_s = 2.0
+
     def initialize_state(self, affinity: bool = True, epsilon: float = DEFAULT_EPSILON, **_: Any) -> None:
         self._affinity = affinity
         self._epsilon = epsilon
