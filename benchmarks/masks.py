@@ -194,6 +194,7 @@ _SOURCE_FIELDS = (
     "valid_rejected",
     "valid_rejected_order",
     "valid_rejected_closed",
+    "valid_rejected_final",
     "invalid_tests",
     "invalid_accepted_by_mask",
     "invalid_accepted_final",
@@ -289,6 +290,7 @@ class MaskStats:
                 self._example(kind, where)
             if not result.accepted_final:
                 self.valid_rejected_final += 1
+                source["valid_rejected_final"] += 1
         else:
             self.invalid_tests += 1
             source["invalid_tests"] += 1

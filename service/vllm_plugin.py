@@ -9,10 +9,9 @@ replaces (``Assumption``, ``service/vllm_contract.py``: where it lives and the p
 takes), and how it installs.
 ``register()`` checks the installed vLLM release against ``COMPATIBLE_VLLM`` and every assumption
 of every patch (once per install: the processes vLLM spawns inherit ``CHECKED_ENV``), then installs
-them all; on any difference it raises ``VllmPatchMismatch`` with one
-line naming the patch, what it was written for and what was found, and installs nothing (an engine
-with half its patches would misapply grammars silently). tests/test_vllm_patches.py holds one
-contract test per patch.
+them all; on any difference it raises ``VllmPatchMismatch`` with one line naming the patch, what it
+was written for and what was found, and installs nothing (an engine with half its patches would
+misapply grammars silently). tests/test_vllm_patches.py holds one contract test per patch.
 """
 
 from __future__ import annotations

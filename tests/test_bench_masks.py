@@ -157,8 +157,9 @@ def test_masks_report(masks_run):
     # The one valid MaskBench instance tokenmold refuses carries a key its object does not list
     # ("bar ", with a space) where the schema says nothing about other keys: the closed-by-default
     # layout.
-    real = [source_of(name) for name in FILES[:2]]
-    assert sum(tokenmold["by_source"][source]["valid_rejected"] for source in real) == 1, tokenmold["examples"]
+    real = [tokenmold["by_source"][source_of(name)] for name in FILES[:2]]
+    for count in ("valid_rejected", "valid_rejected_final"):
+        assert sum(source[count] for source in real) == 1, tokenmold["examples"]
     assert masks_run.examples("tokenmold", "valid_rejected_closed", FILES[0]) == [0]
     assert tokenmold["valid_rejected_closed"] == 1
     assert tokenmold["invalid_accepted_final"] == 0, tokenmold["examples"]
