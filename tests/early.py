@@ -96,10 +96,10 @@ class EarlyWork:
         """Let the work held for ``name`` begin."""
         self._released.setdefault(name, threading.Event()).set()
 
-    def call(self, name: str, work: Callable[[], Any]) -> None:
+    def call(self, name: str, work: Callable[[], Any], beside: bool = False) -> None:
         """Call ``work`` (processes a test drives itself: started, killed, restarted), its result or
-        its exception kept for the test that checks it."""
-        self._results[name] = self._pool.submit(work)
+        its exception kept for the test that checks it; ``beside``: in the queue beside the main one."""
+        self._results[name] = (self._beside if beside else self._pool).submit(work)
 
     def settle(self) -> None:
         """Wait until every piece of work queued so far has ended: for tests whose outcome depends on

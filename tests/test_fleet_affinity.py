@@ -78,3 +78,39 @@ def test_a_shapes_home_is_given_longer_than_rays_default_to_tell_its_queue() -> 
     from tokenmold.service.fleet.router import ShapeAffinityRouter
 
     assert ShapeAffinityRouter.queue_len_response_deadline_s >= 10 * RequestRouter.queue_len_response_deadline_s
+
+
+def test_the_fleets_health_counts_the_replicas_its_routers_know() -> None:
+    from tokenmold.service.fleet import known_replicas
+
+    class Router:
+        def __init__(self, replicas: int) -> None:
+            self.curr_replicas = {f"r{number}": object() for number in range(replicas)}
+
+    before = known_replicas.replicas_known_here()
+    routers = [Router(before + 1), Router(before + 3)]
+    for router in routers:
+        known_replicas.register(router)
+    assert known_replicas.replicas_known_here() == before + 3
+    del routers, router
+    assert known_replicas.replicas_known_here() == before, "a router gone no longer counts"
+
+
+def test_a_router_copied_by_ray_serve_registers_where_the_ingress_looks() -> None:
+    """Ray Serve ships the router's class pickled by value (its module's globals a fresh copy in
+    the process that loads it): the registry the ingress reads must still be the imported one."""
+    import subprocess
+    import sys
+
+    from ray.serve.config import RequestRouterConfig
+
+    config = RequestRouterConfig(request_router_class="tokenmold.service.fleet.router.ShapeAffinityRouter")
+    check = (
+        "import sys, cloudpickle; from tokenmold.service.fleet import known_replicas;"
+        "cls = cloudpickle.loads(sys.stdin.buffer.read());"
+        "print(cls.initialize_state.__globals__['known_replicas'] is known_replicas)"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", check], input=config._serialized_request_router_cls, capture_output=True, check=True
+    )
+    assert loaded.stdout.strip() == b"True"

@@ -34,6 +34,7 @@ from tokenmold.service.batch.dispatch import Dispatcher
 from tokenmold.service.fleet.affinity import GENERATION_PATHS, shape_key
 from tokenmold.service.fleet.batch_lines import BatchLine, LineAnswer
 from tokenmold.service.fleet.forwarding import ForwardedRequest, ResponseStart, run_asgi
+from tokenmold.service.fleet.known_replicas import replicas_known_here
 
 log = logging.getLogger("tokenmold.fleet")
 
@@ -153,8 +154,13 @@ class FleetIngress:
     them, before anything reaches a replica), keys it by shape and hands it to a replica through
     the router."""
 
-    def __init__(self, replicas: DeploymentHandle, max_body_bytes: int, max_file_bytes: int) -> None:
+    def __init__(
+        self, replicas: DeploymentHandle, max_body_bytes: int, max_file_bytes: int, starting_replicas: int
+    ) -> None:
         self._replicas = replicas.options(stream=True)
+        #: ``/health`` says ready once this ingress's router has known this many replicas (``_health``).
+        self._starting_replicas = starting_replicas
+        self._all_started = False
         self._app = BodyLimit(
             self._forward, max_bytes=max_body_bytes, per_path={"/v1/files": (max_file_bytes, "--max-file-bytes")}
         )
@@ -169,6 +175,15 @@ class FleetIngress:
             await error_response(exc.status_code, str(exc.detail), code="request_too_large")(scope, receive, send)
             return
         path = scope["path"]
+        if path == "/health" and not self._all_started_here():
+            unready = error_response(
+                503,
+                f"{replicas_known_here()} of {self._starting_replicas} replicas are ready to route to",
+                code="replicas_starting",
+                headers={"Retry-After": "1"},
+            )
+            await unready(scope, receive, send)
+            return
         forwarded = ForwardedRequest(
             method=scope["method"],
             path=path,
@@ -180,6 +195,20 @@ class FleetIngress:
         )
         response = await self._answer(forwarded)
         await response(scope, receive, send)
+
+    def _all_started_here(self) -> bool:
+        """Whether every starting replica has been known to this ingress's router (then for good).
+
+        Ray Serve marks a replica running once its engine is up and warm, and tells each router
+        so a moment later; until this router knows all of them, a shape whose home is a replica it
+        does not know yet goes elsewhere, is compiled cold there, and moves home later. So ``/health``
+        answers 503 until the router knows every replica the fleet starts with: traffic sent as
+        soon as it says ready finds each shape's home. After that a replica lost and restarted
+        does not make the fleet unready: the others keep serving, and ``/health`` asks one of them.
+        """
+        if not self._all_started:
+            self._all_started = replicas_known_here() >= self._starting_replicas
+        return self._all_started
 
     async def _answer(self, forwarded: ForwardedRequest) -> Response:
         # A generation whose replica died before answering is sent once more (nothing reached the
@@ -251,4 +280,4 @@ def fleet_application(options: FleetOptions) -> Any:
     limits = (options.serve_args["max_body_bytes"], options.serve_args["max_file_bytes"])
     return FleetIngress.options(  # type: ignore[attr-defined]  # serve.deployment made it a Deployment
         ray_actor_options=ingress_actor
-    ).bind(replica_deployment(options), *limits)
+    ).bind(replica_deployment(options), *limits, options.replicas)

@@ -16,6 +16,7 @@ from typing import Any
 
 from ray.serve.request_router import LocalityMixin, PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
+from tokenmold.service.fleet import known_replicas
 from tokenmold.service.fleet.affinity import DEFAULT_EPSILON, affinity_order
 
 
@@ -49,6 +50,7 @@ class ShapeAffinityRouter(LocalityMixin, RequestRouter):
         #: Requests whose completion Ray Serve reported before their routing (a fast one can end
         #: while its replica's acceptance is still being read): never counted as in flight.
         self._ended_unrouted: set[str] = set()
+        known_replicas.register(self)  # for the fleet's /health
 
     async def choose_replicas(
         self,
