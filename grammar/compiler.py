@@ -55,11 +55,15 @@ class CompileOptions:
     max_extra_properties:
         Keys an explicitly open object may get beyond those it lists (``tokenmold.grammar.layout``;
         an object that does not state ``additionalProperties`` gets only its listed properties).
+    whitespace_pattern:
+        A JSON Schema's whitespace between tokens as a regular expression (vLLM's
+        ``whitespace_pattern``; ``JsonOptions``), in place of ``max_whitespace``.
     """
 
     strict: bool = False
     max_whitespace: int = 2
     max_extra_properties: int = DEFAULT_MAX_EXTRA_PROPERTIES
+    whitespace_pattern: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +137,8 @@ class ShapeCompiler:
         xgrammar for what llguidance refuses; tool sets too (128 functions in ~50 ms where
         xgrammar's structural tags take over 10 s: ``tokenmold bench tools``); EBNF (xgrammar's
         dialect), regexes and choices go to xgrammar. Whatever this says, Lark grammars go to
-        llguidance and structural tags to xgrammar: each is the one engine that reads them in full.
+        llguidance and structural tags to xgrammar: each is the one engine that reads them in full;
+        so do JSON Schemas with a ``whitespace_pattern`` to llguidance, the one engine that has one.
     guards:
         ``True`` (default): llguidance's grammars leave the keywords the guards hold to them
         (``tokenmold.grammar.guards``), and a JSON shape with an explicitly open object gets the
@@ -206,6 +211,7 @@ class ShapeCompiler:
                 options.strict,
                 options.max_whitespace,
                 options.max_extra_properties,
+                options.whitespace_pattern,
             ],
             separators=(",", ":"),
         )
@@ -231,6 +237,7 @@ class ShapeCompiler:
                     strict_properties=options.strict and self.backend_name == "xgrammar",
                     max_whitespace=options.max_whitespace,
                     guards=self.guards,
+                    whitespace_pattern=options.whitespace_pattern,
                 ),
             )
         elif shape.kind is ShapeKind.TOOLS:
@@ -269,6 +276,8 @@ class ShapeCompiler:
             return ("llguidance",)
         if shape.kind is ShapeKind.STRUCTURAL_TAG:  # whatever the backend: xgrammar's own format
             return ("xgrammar",)
+        if shape.kind is ShapeKind.JSON_SCHEMA and options.whitespace_pattern is not None:
+            return ("llguidance",)  # whatever the backend: only llguidance has a whitespace pattern
         if shape.kind is ShapeKind.TOOLS and isinstance(shape.source.tool_format, RegistryFormat):
             return ("xgrammar",)  # the registries' formats are structural tags too
         if self.backend_name != "auto":

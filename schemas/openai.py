@@ -17,6 +17,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
+from tokenmold.schemas.sampling import CallGuardSetting
 from tokenmold.schemas.verdict import KeywordReport, Partial, Usage, VerdictError, VerdictStatus
 
 # ---------------------------------------------------------------- requests
@@ -211,7 +212,20 @@ class JsonSchemaFormat(_Body):
     json_schema: JsonSchemaSpec
 
 
-ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
+class StructuralTagFormat(_Body):
+    """vLLM's ``response_format`` structural tag, xgrammar's ``format`` tree or the legacy
+    ``structures`` opened by ``triggers``: read as vLLM reads it, as ``structured_outputs.structural_tag``
+    (``grammar/structural_tag.py`` checks either form)."""
+
+    type: Literal["structural_tag"]
+    format: dict[str, Any] | None = None
+    structures: list[dict[str, Any]] | None = None
+    triggers: list[str] | None = None
+
+
+ResponseFormat = Annotated[
+    TextFormat | JsonObjectFormat | JsonSchemaFormat | StructuralTagFormat, Field(discriminator="type")
+]
 
 
 class StreamOptions(_Body):
@@ -236,9 +250,10 @@ class StructuredOutputs(_Body):
     structural_tag: str | dict[str, Any] | None = None
     #: Compact JSON (no whitespace between tokens).
     disable_any_whitespace: bool = False
+    #: A JSON output's whitespace between tokens, as a regular expression (service/api/fields.py).
+    whitespace_pattern: str | None = None
     # Refused when set (service/api/fields.py says why).
     disable_additional_properties: bool = False
-    whitespace_pattern: str | None = None
 
 
 class PredictionContent(_Body):
@@ -292,7 +307,7 @@ class GenerationRequest(_Body):
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
-    #: Refused when set, as structured_outputs.whitespace_pattern (service/api/fields.py).
+    #: structured_outputs.whitespace_pattern's older name.
     guided_whitespace_pattern: str | None = None
     #: Which library computes the masks is tokenmold's own choice per shape (llguidance, or
     #: xgrammar where llguidance refuses one; tokenmold.grammar.compiler); ignored.
@@ -303,8 +318,9 @@ class GenerationRequest(_Body):
     thinking_token_budget: int | None = None
     # tokenmold's budget fitting (docs/api.md).
     budget: Literal["default", "fit"] | None = None
-    #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
-    repeated_call_guard: bool | None = None
+    #: tokenmold's repeated-call guard for tool calls (docs/api.md): "on", "turn" or "off" (true and
+    #: false are "on" and "off"); null: the server's setting.
+    repeated_call_guard: bool | CallGuardSetting | None = None
     #: tokenmold's validated partial streaming (docs/api.md): needs stream and a JSON answer.
     partials: bool | None = None
     stop_on_invalid: bool | None = None

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from tokenmold.schemas.openai import StructuredOutputs, TokenLogprob, Validation
+from tokenmold.schemas.sampling import CallGuardSetting
 from tokenmold.schemas.verdict import Partial
 
 # ---------------------------------------------------------------- request
@@ -255,8 +256,9 @@ class ResponsesRequest(_Body):
     min_tokens: int | None = None
     ignore_eos: bool | None = None
     budget: Literal["default", "fit"] | None = None
-    #: tokenmold's repeated-call guard for tool calls (docs/api.md); null: the server's setting.
-    repeated_call_guard: bool | None = None
+    #: tokenmold's repeated-call guard for tool calls (docs/api.md): "on", "turn" or "off" (true and
+    #: false are "on" and "off"); null: the server's setting.
+    repeated_call_guard: bool | CallGuardSetting | None = None
     partials: bool | None = None
     stop_on_invalid: bool | None = None
     # vLLM's extensions (as in the chat API), so a vLLM client runs unchanged.

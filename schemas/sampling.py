@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+#: The repeated-call guard's settings (``service/repeated_calls.py``): ``on``, calls the output
+#: already made and calls the conversation already answered; ``turn``, the output's own only;
+#: ``off``, none.
+CallGuardSetting = Literal["on", "turn", "off"]
 
 
 class SamplingOptions(BaseModel):
@@ -44,11 +49,12 @@ class SamplingOptions(BaseModel):
         "fits max_tokens, so a JSON answer closes in time (verdict 'fitted' with 'cut' when the budget changed "
         "it); 'default': an answer that runs out of tokens is 'truncated'.",
     )
-    repeated_call_guard: bool | None = Field(
+    repeated_call_guard: CallGuardSetting | None = Field(
         default=None,
-        description="End a tool-call turn at a call identical to one it already made (same name, same "
-        "arguments as JSON): the repeat is dropped, finish_reason 'tool_calls', verdict stop_reason "
-        "'repeated_call'. Default: the server's (on unless served with --repeated-call-guard off).",
+        description="'on': a tool call identical to one the turn already made (verdict stop_reason "
+        "'repeated_call') or to one the conversation already made and got an answer for ('answered_call') "
+        "is not generated again; 'turn': only the turn's own calls; 'off': the model may repeat calls. "
+        "true and false are 'on' and 'off'. Default: the server's (--repeated-call-guard, on by default).",
     )
     partials: bool = Field(
         default=False,
@@ -60,3 +66,9 @@ class SamplingOptions(BaseModel):
         description="Streaming a JSON answer: end the generation at the first part judged invalid (verdict "
         "'invalid', stop_reason 'invalid_part', usage.unspent_tokens).",
     )
+
+    @field_validator("repeated_call_guard", mode="before")
+    @classmethod
+    def _guard_switch(cls, value: Any) -> Any:
+        """``true``/``false``, the field's values before ``turn`` came, stay ``on``/``off``."""
+        return ("on" if value else "off") if isinstance(value, bool) else value

@@ -90,7 +90,11 @@ class Verdict(BaseModel):
         "'repetition' (with status 'truncated' and finish_reason 'length') when the repetition guard stopped "
         "an output looping inside one value, whose JSON Pointer is then errors[0].path; 'repeated_call' "
         "(with finish_reason 'stop') when the repeated-call guard ended a tool-call turn at a call identical to "
-        "one it already made: the repeat is dropped and the verdict judges the calls before it; 'invalid_part' "
+        "one it already made: the repeat is dropped and the verdict judges the calls before it; 'answered_call' "
+        "when it refused a call the conversation already made and got an answer for (dropped likewise; where it was "
+        "the turn's first call, the verdict is the turn's second decode, without that function); "
+        "'answered_call_allowed' when tool_choice required such a call and no other function was left, so the "
+        "call stands; 'invalid_part' "
         "(with status 'invalid', finish_reason 'stop') when stop_on_invalid ended the generation at a part "
         "judged invalid, whose JSON Pointer is then errors[0].path.",
     )

@@ -202,7 +202,14 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         help="accepted for vLLM command lines: tool_choice 'auto' needs no flag here",
     )
     _add_chat_template(own)
-    own.add_argument("--served-model-name", default=None, help="model id of the API (default: the folder name)")
+    own.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="model ids of the API, as vLLM's flag takes them: each is accepted in a request's model, /v1/models lists"
+        " them all, answers name the first (default: the folder name)",
+    )
     own.add_argument(
         "--compile-timeout",
         type=float,
@@ -246,10 +253,11 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
     _add_repetition_guard(own)
     own.add_argument(
         "--repeated-call-guard",
-        choices=("on", "off"),
+        choices=("on", "turn", "off"),
         default="on",
-        help="end a tool-call turn at a call identical to one it already made, dropping the repeat (default on; "
-        "finish_reason 'tool_calls', stop_reason 'repeated_call'); off: the model may repeat calls until max_tokens",
+        help="on (default): a tool call identical to one the turn already made, or to one the conversation already "
+        "made and got an answer for, is not generated again (stop_reason 'repeated_call', 'answered_call'); turn: "
+        "only the turn's own calls (for tools meant to be polled); off: the model may repeat calls",
     )
     _add_no_guards(own)
     own.add_argument(
@@ -350,8 +358,9 @@ def _add_repetition_guard(parser: argparse._ActionsContainer) -> None:
         type=_repetition_guard,
         default=RepetitionGuard(),
         metavar="N|off",
-        help=f"stop a JSON output whose value repeats one short token cycle N times "
-        f"(default {RepetitionGuard.min_repeats}; truncated, stop_reason 'repetition'); off: never",
+        help=f"stop a constrained output caught in a loop: one short token cycle repeated N times inside a "
+        f"JSON value (default {RepetitionGuard.min_repeats}), or a longer run anywhere (truncated, stop_reason "
+        "'repetition'); off: never",
     )
 
 

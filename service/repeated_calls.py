@@ -1,4 +1,5 @@
-"""The repeated-call guard: a tool-call turn ends at a call identical to one it already made.
+"""The repeated-call guard: a tool-call turn ends at a call identical to one it already made, or to
+one its conversation already made and got an answer for.
 
 Measured with the embedded model on public function-calling tasks under ``tool_choice:
 "required"``: its first call is often right, then it writes the same call again, and again, until
@@ -19,30 +20,98 @@ sequence could then no longer follow. The service then drops the repeat: the cal
 (``service/validation.py``). Streaming holds a call back while it could still be a repeat
 (``ToolCallStream``), so the repeat is never sent.
 
-On by default, like the repetition guard; ``serve --repeated-call-guard off`` or a request's
-``repeated_call_guard: false`` leaves the model free to repeat.
+The same guard ends an agent's loop across turns. An agent (the OpenAI Agents SDK with an
+``output_type``, a ReAct loop) sends the conversation back with each call's answer in it, and a
+small model calls the same tool again, turn after turn, until the agent's turn limit (measured: the
+embedded model asked for Oslo's weather called ``get_weather("Oslo")`` four times in four turns).
+So the calls the request's own conversation already made and got answers for (``answered``: an
+assistant message's call answered by a ``tool`` message with its id; a Responses
+``function_call`` answered by its ``function_call_output``) count as earlier calls: the guard
+ends the output as soon as one of them is written again, and the service drops it (``stop_reason:
+"answered_call"``). The mask cannot give the model a way out once a call has begun (a string
+value can only go on as a variant of itself), so the way out is the next decode: when the refused
+call was the output's first, ``service/answered_calls.py`` decodes the turn again without that
+function, and the model answers or calls another one.
+
+Calls compare by name and arguments as parsed JSON, strings loosely (case, spacing and sentence
+punctuation aside: ``toolformats.base.same_call``). On by default (``on``), like the repetition
+guard; ``turn`` watches only the calls of one output (for tools meant to be polled, where the same
+call is asked again on purpose), ``off`` leaves the model free to repeat (``serve
+--repeated-call-guard``, a request's ``repeated_call_guard``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tokenmold.grammar.backends.base import CallGuardRequest
 from tokenmold.grammar.bitmask_rows import keep_unless_emptied, pack_ids, token_bits
-from tokenmold.grammar.toolformats import ToolFormat
+from tokenmold.grammar.toolformats import ParsedCall, ToolFormat
 from tokenmold.grammar.toolformats.base import first_repeat
+from tokenmold.grammar.toolformats.registry import RegistryFormat
+from tokenmold.grammar.tools import ToolCalls
+from tokenmold.schemas.sampling import CallGuardSetting
+
+if TYPE_CHECKING:
+    from tokenmold.grammar import CompiledShape
 
 
-def ends_with_repeat(tool_format: ToolFormat, text: str) -> bool:
-    """Whether the last complete call of ``text`` repeats an earlier one (``text`` may go on past
-    it only by a call section that is still open)."""
+def call_guard(
+    compiled: CompiledShape | None, setting: CallGuardSetting, answered: tuple[ParsedCall, ...]
+) -> CallGuardRequest | None:
+    """What the guard watches in a request under ``setting``, if anything: tool calls in a format
+    written by tokenmold (the guard follows its one call syntax; a registry's format is the
+    registry's tag), within the output where several calls may follow each other
+    (``parallel_tool_calls``), and with ``on`` the conversation's ``answered`` calls too."""
+    calls = compiled.shape.source if compiled is not None else None
+    if not isinstance(calls, ToolCalls) or isinstance(calls.tool_format, RegistryFormat) or setting == "off":
+        return None
+    answered = answered if setting == "on" else ()
+    return CallGuardRequest(calls.tool_format.name, answered) if calls.parallel or answered else None
+
+
+@dataclass(frozen=True)
+class RefusedCall:
+    """The call of an output the guard refused (``first_refused``)."""
+
+    index: int
+    #: It repeats a call the conversation already answered, not one of the output's own.
+    answered: bool
+    #: The guard gave way: ``tool_choice`` requires a call and the shape has no other function, so
+    #: the call stands (``stop_reason: "answered_call_allowed"``); the output still ended at it.
+    allowed: bool = False
+
+    @property
+    def stop_reason(self) -> str:
+        if not self.answered:
+            return "repeated_call"
+        return "answered_call_allowed" if self.allowed else "answered_call"
+
+
+def first_refused(text: str, calls: ToolCalls, guard: CallGuardRequest) -> RefusedCall | None:
+    """The first complete call of ``text`` that repeats an earlier one of it or one of the calls
+    ``guard`` says the conversation answered, if any."""
+    fmt = calls.tool_format
+    written = [fmt.read_call(body) for body in fmt.split(text).calls]
+    index = first_repeat(written, guard.answered)
+    if index is None:
+        return None
+    answered = first_repeat(written[: index + 1]) != index
+    return RefusedCall(index, answered, answered and calls.required and len(calls.tools) == 1)
+
+
+def ends_with_repeat(tool_format: ToolFormat, text: str, answered: tuple[ParsedCall, ...] = ()) -> bool:
+    """Whether the last complete call of ``text`` repeats an earlier one or an ``answered`` one
+    (``text`` may go on past it only by a call section that is still open)."""
     split = tool_format.split(text)
-    if len(split.calls) < 2 or split.unclosed:
+    if not split.calls or split.unclosed:
         return False
-    return first_repeat([tool_format.read_call(body) for body in split.calls]) == len(split.calls) - 1
+    calls = [tool_format.read_call(body) for body in split.calls]
+    return first_repeat(calls, answered) == len(split.calls) - 1
 
 
 @dataclass
@@ -56,6 +125,8 @@ class RepeatedCallGuard:
     spell: Callable[[bytes], list[int]]
     #: The end-of-sequence tokens.
     eos: tuple[int, ...]
+    #: The calls the conversation already answered, refused like the output's own earlier calls.
+    answered: tuple[ParsedCall, ...] = ()
     text: bytearray = field(default_factory=bytearray)
     #: Set once a repeat's arguments closed: the bytes still to write (the rest of the call's end
     #: and of the call section) before the end of sequence.
@@ -80,7 +151,7 @@ class RepeatedCallGuard:
             if not text.endswith(end[:written]) or (not written and not text.endswith(b"}")):
                 continue
             closed = (text + end[written:]).decode("utf-8", errors="replace")
-            if ends_with_repeat(self.tool_format, closed):
+            if ends_with_repeat(self.tool_format, closed, self.answered):
                 return end[written:] + section_end
         return None
 
@@ -102,17 +173,21 @@ class RepeatedCallGuard:
         keep_unless_emptied(words, pack_ids(allowed, len(words)))
 
 
-def run_beside(grammar: Any, format_name: str, forced: tuple[int, ...], ll_tokenizer: Any) -> None:
-    """Chain a guard for the tool-call format ``format_name`` beside one of the engine's llguidance
-    grammars (``grammar_chain.beside``), fed first the ``forced`` tokens the prompt ends with."""
+def run_beside(grammar: Any, request: CallGuardRequest, forced: tuple[int, ...], ll_tokenizer: Any) -> None:
+    """Chain the guard ``request`` asks for beside one of the engine's llguidance grammars
+    (``grammar_chain.beside``), fed first the ``forced`` tokens the prompt ends with."""
     from tokenmold.grammar.toolformats import tool_format
     from tokenmold.service.grammar_chain import beside
 
-    fmt = tool_format(format_name)
+    fmt = tool_format(request.tool_format)
 
     def start() -> RepeatedCallGuard:
         guard = RepeatedCallGuard(
-            fmt, ll_tokenizer.decode_bytes, ll_tokenizer.tokenize_bytes, tuple(ll_tokenizer.eos_tokens)
+            fmt,
+            ll_tokenizer.decode_bytes,
+            ll_tokenizer.tokenize_bytes,
+            tuple(ll_tokenizer.eos_tokens),
+            request.answered,
         )
         guard.feed(list(forced))
         return guard

@@ -1,21 +1,30 @@
-"""The repetition guard: stop a generation caught in a loop inside one JSON value.
+"""The repetition guard: stop a generation caught in a loop.
 
 A small model under a grammar can loop where the grammar leaves it free: measured with the embedded
-model, ``"john_john_john_…"`` into an email string until ``max_tokens``, or digits without end.
-The mask cannot stop that (every step is valid), and the caller would wait for the whole budget.
-The guard watches each output's token ids as the engine streams them: when the last tokens are one
-cycle of ``period <= max_period`` tokens repeated ``min_repeats`` times or more (and at least
-``min_tokens`` tokens in all), and that repeated stretch lies inside one string or number of the
-JSON written so far, the runtime aborts the output; its verdict is ``truncated`` with
-``stop_reason: "repetition"`` and the error's ``path`` is the JSON Pointer of that value.
+model, ``"john_john_john_…"`` into an email string until ``max_tokens``, digits without end, or the
+same array element (``"id", "id", "id", …``) appended for ever. The mask cannot stop that (every
+step is valid), and the caller would wait for the whole budget, or the whole context when the
+request sets none. The guard watches each output's token ids as the engine streams them: when the
+last tokens are one exact cycle repeated often enough, and the place of that repeated stretch in
+the output (``service/loop_sites.py``, per kind of output) says it is a loop, the runtime aborts
+the output; its verdict is ``truncated`` with ``stop_reason: "repetition"`` and the error names
+where (``LoopSite``).
 
-A stretch that crosses value boundaries is not a loop inside one value and is never cut: an array
-of equal numbers (``[0, 0, 0, …]``) or a list of identical objects repeats too, but each repetition
-is a new, bounded element. An exact cycle is required, so an object inventing distinct keys one
-after another is not caught.
+Two rules, because what repeats legitimately differs by place:
 
-Checking a token is O(``max_period``): for each period the detector keeps how many consecutive
-tokens equalled the token that many places back.
+- ``inside``: a cycle of at most ``max_period`` tokens repeated ``min_repeats`` times (at least
+  ``min_tokens`` tokens in all) inside one JSON string or number (or key). Nothing in one value
+  repeats like that on purpose, so this rule is quick.
+- ``bare``: a cycle of at most ``bare_max_period`` tokens repeated ``bare_repeats`` times over at
+  least ``bare_tokens`` tokens, wherever it lies: whole elements of one array repeating (equal
+  numbers, identical objects), or the output of a grammar, a regex or free text, where no value
+  bounds a place. Equal elements do repeat on purpose (``[0, 0, 0]``, a few equal objects), so
+  this rule waits much longer: its threshold is about twice the repetition of the most
+  repetitive output that ended well in the measurements (docs/benchmarks.md, "Repetition guard").
+
+An exact cycle is required, so an object inventing distinct keys one after another is not caught.
+Checking a token is O(``bare_max_period``): for each period the detector keeps how many
+consecutive tokens equalled the token that many places back.
 """
 
 from __future__ import annotations
@@ -23,29 +32,64 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tokenmold.grammar.json_pointer import pointer_to
+#: Where a loop found at the end of a text lies: the text so far, where the repeated stretch
+#: starts in it, and the loop; ``None`` when that place does not make it a loop.
+Locate = Callable[[str, int, "Loop"], "LoopSite | None"]
 
-#: JSON characters that end a scalar value (outside strings).
-_STRUCTURAL = frozenset("{}[],:")
+
+@dataclass(frozen=True)
+class CycleRule:
+    """How long a cycle must run to be a loop under one rule."""
+
+    repeats: int
+    max_period: int
+    tokens: int
+    #: The ``bare`` rule (see the module docstring), not ``inside``.
+    bare: bool = False
+
+    def length(self, period: int) -> int:
+        """The tokens a cycle of ``period`` tokens must fill (the first cycle included)."""
+        return max(self.repeats * period, self.tokens, period + 1)
 
 
 @dataclass(frozen=True)
 class RepetitionGuard:
-    """When an output counts as looping (see the module docstring)."""
+    """When an output counts as looping (see the module docstring). The first three numbers are
+    the ``inside`` rule's, and travel alone to the engine for budget fitting."""
 
-    #: Repetitions of the cycle needed to call it a loop.
+    #: Repetitions of the cycle needed to call it a loop inside one value.
     min_repeats: int = 8
-    #: The longest cycle looked for, in tokens.
+    #: The longest cycle looked for inside one value, in tokens.
     max_period: int = 16
-    #: The repeated stretch must be at least this many tokens long (short cycles need more repeats).
+    #: The repeated stretch inside one value must be at least this many tokens long (short cycles
+    #: need more repeats).
     min_tokens: int = 32
+    #: The ``bare`` rule: repetitions, longest cycle and fewest tokens of a loop not confined to one
+    #: string or number.
+    bare_repeats: int = 16
+    bare_max_period: int = 64
+    bare_tokens: int = 128
 
     def __post_init__(self) -> None:
-        if self.min_repeats < 2 or self.max_period < 1 or self.min_tokens < 1:
-            raise ValueError("repetition guard: min_repeats >= 2, max_period >= 1 and min_tokens >= 1")
+        for repeats, period, tokens in ((self.min_repeats, self.max_period, self.min_tokens), self._bare_numbers):
+            if repeats < 2 or period < 1 or tokens < 1:
+                raise ValueError("repetition guard: repeats >= 2, a period >= 1 and tokens >= 1")
+
+    @property
+    def _bare_numbers(self) -> tuple[int, int, int]:
+        return self.bare_repeats, self.bare_max_period, self.bare_tokens
+
+    @property
+    def inside(self) -> CycleRule:
+        return CycleRule(self.min_repeats, self.max_period, self.min_tokens)
+
+    @property
+    def bare(self) -> CycleRule:
+        return CycleRule(*self._bare_numbers, bare=True)
 
     def detector(self) -> RepetitionDetector:
-        return RepetitionDetector(self)
+        """A detector of the ``inside`` rule alone (budget fitting closes the value it finds)."""
+        return RepetitionDetector((self.inside,))
 
 
 @dataclass(frozen=True)
@@ -55,131 +99,105 @@ class Loop:
     period: int
     #: How many tokens at the end of the output repeat the cycle (the first cycle included).
     tokens: int
+    #: The rule whose threshold it reached.
+    rule: CycleRule
+    #: The output's length in tokens when it was found (the stretch ends there).
+    end: int
+
+    @property
+    def repeats(self) -> int:
+        return self.tokens // self.period
 
 
 @dataclass
 class RepetitionDetector:
-    """Fed one output's token ids in order; says when its tail is a cycle repeated enough times."""
+    """Fed one output's token ids in order; says when its tail is a cycle repeated enough times
+    under each of ``rules``."""
 
-    guard: RepetitionGuard
+    rules: tuple[CycleRule, ...]
     _tokens: list[int] = field(default_factory=list)
     #: Per period p (index p - 1): consecutive tokens so far equal to the token p places back.
     _runs: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
-        self._runs = [0] * self.guard.max_period
+        self._runs = [0] * max(rule.max_period for rule in self.rules)
 
-    def feed(self, token_ids: list[int]) -> Loop | None:
-        """Add ``token_ids``; the shortest cycle repeated enough times at the end, if any."""
-        found = None
+    def feed(self, token_ids: list[int]) -> list[Loop]:
+        """Add ``token_ids``; the loops that reached a rule's threshold on the way (per rule and
+        token, the shortest cycle)."""
+        found: list[Loop] = []
         for token in token_ids:
             self._tokens.append(token)
-            found = self._check(len(self._tokens) - 1) or found
+            found += self._check(len(self._tokens) - 1)
         return found
 
-    def _check(self, i: int) -> Loop | None:
-        """Reported once per periodic run, when it first reaches the threshold (a run that is not a
-        loop inside one value, such as an array of equal numbers, is not re-examined every token)."""
-        tokens, guard = self._tokens, self.guard
-        found = None
-        for period in range(1, guard.max_period + 1):
+    def _check(self, i: int) -> list[Loop]:
+        """Reported once per periodic run and rule, when it first reaches the rule's threshold (a
+        run that is not a loop where it lies, such as a short array of equal numbers, is not
+        re-examined every token)."""
+        tokens = self._tokens
+        found: dict[CycleRule, Loop] = {}
+        for period in range(1, len(self._runs) + 1):
             run = self._runs[period - 1] + 1 if i >= period and tokens[i] == tokens[i - period] else 0
             self._runs[period - 1] = run
-            length = run + period  # tokens in the periodic tail
-            if found is None and length == max(guard.min_repeats * period, guard.min_tokens, period + 1):
-                found = Loop(period, length)
-        return found
+            if not run:
+                continue
+            for rule in self.rules:
+                if rule not in found and period <= rule.max_period and run + period == rule.length(period):
+                    found[rule] = Loop(period, run + period, rule, i + 1)
+        return list(found.values())
 
     @property
     def tokens(self) -> list[int]:
         return self._tokens
 
 
-class LoopWatch:
-    """The guard over every output of one request: ``feed`` each output's new token ids; it
-    answers the value caught in a loop, once a loop inside one JSON value is found."""
+@dataclass(frozen=True)
+class CallRef:
+    """The tool call a loop is in."""
 
-    def __init__(self, guard: RepetitionGuard, decode: Callable[[list[int]], str]) -> None:
-        self._guard = guard
-        self._decode = decode
-        self._detectors: dict[int, RepetitionDetector] = {}
-
-    def feed(self, index: int, token_ids: list[int]) -> OpenValue | None:
-        detector = self._detectors.setdefault(index, self._guard.detector())
-        loop = detector.feed(token_ids)
-        if loop is None:
-            return None
-        return looping_value(detector.tokens, loop, self._decode)
-
-
-def looping_value(token_ids: list[int], loop: Loop, decode: Callable[[list[int]], str]) -> OpenValue | None:
-    """The value the repeated stretch lies in, when it lies inside one string or number."""
-    text = decode(token_ids)
-    stretch = decode(token_ids[-loop.tokens :])
-    value = open_value(text)
-    if value is None or value.start > len(text) - len(stretch):
-        return None
-    return value
+    index: int
+    name: str | None
 
 
 @dataclass(frozen=True)
-class OpenValue:
-    """The scalar a partial JSON text ends inside."""
+class LoopSite:
+    """Where the guard cut an output, as its verdict reports it."""
 
-    #: Where the scalar starts in the text (its opening quote, or its first character).
-    start: int
-    #: JSON Pointer of the value (for an object key being written: the object's).
-    pointer: str
+    #: JSON Pointer into the verdict's value (for tool calls, into the list of calls).
+    path: str
+    #: What holds the loop, in words ("inside this string", "in this array", "in the output").
+    where: str
+    loop: Loop
+    #: The tool call holding the loop, if any.
+    call: CallRef | None = None
+
+    def message(self, completion_tokens: int) -> str:
+        call = ""
+        if self.call is not None:
+            call = f" of call {self.call.index}" + (f" ({self.call.name})" if self.call.name else "")
+        return (
+            f"generation stopped after {completion_tokens} tokens: a cycle of {self.loop.period} tokens repeated "
+            f"{self.loop.repeats} times {self.where}{call}; the output is incomplete"
+        )
 
 
-def open_value(text: str) -> OpenValue | None:
-    """The string or number ``text`` (partial JSON) ends inside, or None (between values, or not
-    JSON). Best effort: a scan that tracks strings, escapes, nesting, keys and array indices."""
-    #: Per open container: [is_object, key or index, expecting_key]
-    stack: list[list[object]] = []
-    in_string = escape = False
-    scalar_start: int | None = None
-    string_is_key = False
-    key_chars: list[str] = []
-    for i, ch in enumerate(text):
-        if in_string:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_string, scalar_start = False, None
-                if string_is_key and stack:
-                    stack[-1][1], stack[-1][2] = "".join(key_chars), False
-            elif string_is_key:
-                key_chars.append(ch)
-            continue
-        if ch == '"':
-            in_string, scalar_start = True, i
-            string_is_key = bool(stack) and stack[-1][0] is True and stack[-1][2] is True
-            key_chars = []
-        elif ch in _STRUCTURAL:
-            scalar_start = None
-            if ch == "{":
-                stack.append([True, None, True])
-            elif ch == "[":
-                stack.append([False, 0, False])
-            elif ch in "}]":
-                if stack:
-                    stack.pop()
-            elif ch == "," and stack:
-                if stack[-1][0] is True:
-                    stack[-1][2] = True
-                else:
-                    stack[-1][1] = int(stack[-1][1]) + 1  # type: ignore[call-overload]
-        elif ch.isspace():
-            scalar_start = None
-        elif scalar_start is None:
-            scalar_start = i
-    if scalar_start is None:
+class LoopWatch:
+    """The guard over every output of one request: ``feed`` each output's new token ids; it
+    answers where the loop is, once ``locate`` places a loop found."""
+
+    def __init__(self, guard: RepetitionGuard, decode: Callable[[list[int]], str], locate: Locate) -> None:
+        self._rules = (guard.inside, guard.bare)
+        self._decode = decode
+        self._locate = locate
+        self._detectors: dict[int, RepetitionDetector] = {}
+
+    def feed(self, index: int, token_ids: list[int]) -> LoopSite | None:
+        detector = self._detectors.setdefault(index, RepetitionDetector(self._rules))
+        for loop in detector.feed(token_ids):
+            text = self._decode(detector.tokens[: loop.end])
+            stretch = self._decode(detector.tokens[loop.end - loop.tokens : loop.end])
+            site = self._locate(text, len(text) - len(stretch), loop)
+            if site is not None:
+                return site
         return None
-    parts = [str(entry[1]) for entry in stack if entry[1] is not None]
-    if in_string and string_is_key:
-        parts = parts[:-1] if stack and stack[-1][1] is not None and stack[-1][0] is True else parts
-    pointer = pointer_to(parts)
-    return OpenValue(scalar_start, pointer)

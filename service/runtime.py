@@ -16,9 +16,9 @@ from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, Shap
 from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
 from tokenmold.grammar.store import GrammarStore
-from tokenmold.grammar.toolformats.registry import RegistryFormat
+from tokenmold.grammar.toolformats import ParsedCall
 from tokenmold.grammar.tools import ToolCalls
-from tokenmold.schemas.sampling import SamplingOptions
+from tokenmold.schemas.sampling import CallGuardSetting, SamplingOptions
 from tokenmold.schemas.verdict import Partial, Usage, Verdict
 from tokenmold.service.budget_check import check_budget, request_budget
 from tokenmold.service.engine import Engine, EngineConfig
@@ -26,17 +26,19 @@ from tokenmold.service.environment import configure_environment
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 from tokenmold.service.fit import BudgetFitting, fitted_layout
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
+from tokenmold.service.loop_sites import loop_watch
 from tokenmold.service.model_home import resolve_model
 from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.reasoning import ReasoningParser, ReasoningStream
-from tokenmold.service.repetition import LoopWatch, RepetitionGuard
+from tokenmold.service.repeated_calls import call_guard
+from tokenmold.service.repetition import LoopSite, LoopWatch, RepetitionGuard
 from tokenmold.service.sampling import to_sampling_params
 from tokenmold.service.validation import judge
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
 
-    from tokenmold.grammar.backends.base import EngineSpec
+    from tokenmold.grammar.backends.base import CallGuardRequest, EngineSpec
     from tokenmold.grammar.fit.replay import FitOutcome
 
 
@@ -64,11 +66,12 @@ class RuntimeConfig:
     #: Run the guards beside llguidance's mask (``tokenmold.grammar.guards``); off, the grammar
     #: engines get whole schemas and validation alone judges what the guards would have held.
     guards: bool = True
-    #: Stop an output looping inside one JSON value (``service/repetition.py``); ``None``: off.
+    #: Stop a constrained output caught in a loop (``service/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
-    #: End a tool-call turn at a call identical to one it already made (the repeat is dropped); a
-    #: request's ``repeated_call_guard`` overrides it.
-    repeated_call_guard: bool = True
+    #: The repeated-call guard (``service/repeated_calls.py``): ``on``, a call the turn or its
+    #: conversation already made is not generated again; ``turn``, the turn's own calls only;
+    #: ``off``. A request's ``repeated_call_guard`` overrides it.
+    repeated_call_guard: CallGuardSetting = "on"
     #: Refuse a ``max_tokens`` below the shape's shortest output (400 ``budget_too_small``). Off,
     #: such a request is decoded and comes back ``truncated``, as on vLLM; the throughput benchmark
     #: turns it off to decode a structure that never closes to a fixed length.
@@ -102,6 +105,8 @@ class Prompt:
     #: The same request written shorter (a tool listing as one line per function), taken when this
     #: one does not fit the context.
     shorter: Prompt | None = None
+    #: The calls the conversation already made and got answers for (``service/answered_calls.py``).
+    answered_calls: tuple[ParsedCall, ...] = ()
 
     @classmethod
     def user(cls, content: str) -> Prompt:
@@ -131,8 +136,8 @@ class _Collected:
     logprobs: list[dict[int, Any]] | None = None
     finish_reason: str | None = None
     stop_reason: int | str | None = None
-    #: The JSON Pointer of the value the repetition guard cut this output in.
-    looping_at: str | None = None
+    #: Where the repetition guard cut this output.
+    looping_at: LoopSite | None = None
 
     @property
     def done(self) -> bool:
@@ -153,8 +158,8 @@ class _Prepared:
     #: The output starts with thinking (a reasoning parser is configured and the prompt has not
     #: ended the thinking already): the grammar starts after the end marker.
     thinking: bool = False
-    #: The repeated-call guard watches this request's tool calls (``service/repeated_calls.py``).
-    repeated_calls: bool = False
+    #: What the repeated-call guard watches in this request's tool calls, if it watches them.
+    repeated_calls: CallGuardRequest | None = None
 
     @property
     def engine_prompt(self) -> list[int]:
@@ -320,8 +325,7 @@ class Runtime:
                         entry.logprobs = (entry.logprobs or []) + logprobs
                     entry.finish_reason, entry.stop_reason = out.finish_reason, out.stop_reason
                     if watch is not None and out.finish_reason is None:
-                        looping = watch.feed(out.index, token_ids)
-                        entry.looping_at = looping.pointer if looping is not None else None
+                        entry.looping_at = watch.feed(out.index, token_ids)
                 if _all_cut_or_done(collected, params.n):
                     await self.engine.abort(request_id)
                     break
@@ -350,15 +354,16 @@ class Runtime:
         return GenerationResult(completions, compiled, len(prompt_ids))
 
     def _loop_watch(self, compiled: CompiledShape | None, prepared: _Prepared | None = None) -> LoopWatch | None:
-        """A repetition guard for a request's outputs: JSON outputs only (the guard reads the JSON
-        written so far), and not behind a reasoning parser (the thinking part is not JSON). With
-        budget fitting the engine runs the guard itself and closes the value instead."""
+        """A repetition guard for a request's outputs: every constrained one but a choice (where a
+        loop counts depends on the kind: ``service/loop_sites.py``), not behind a reasoning parser
+        (the thinking part is free). With budget fitting the engine runs the guard itself and
+        closes the value instead."""
         guard = self.config.repetition_guard
-        if guard is None or compiled is None or not compiled.shape.is_json or self.reasoning is not None:
+        if guard is None or compiled is None or self.reasoning is not None:
             return None
         if prepared is not None and prepared.fit_spec is not None:
             return None
-        return LoopWatch(guard, self.model.tokenizer.decode)
+        return loop_watch(compiled.shape, guard, self.model.tokenizer.decode)
 
     async def _fit_outcome(self, prepared: _Prepared, token_ids: list[int]) -> FitOutcome | None:
         """What budget fitting did to one output (replayed off the event loop), if it was asked for."""
@@ -424,7 +429,7 @@ class Runtime:
                             stop_reason=out.stop_reason,
                             compiled=compiled,
                             usage=_usage(len(prompt_ids), counts[out.index]),
-                            looping_at=looping.pointer if looping is not None else None,
+                            looping_at=looping,
                             fit=await self._fit_outcome(prepared, tokens[out.index]),
                             repeated_calls=prepared.repeated_calls,
                         )
@@ -485,10 +490,10 @@ class Runtime:
         fit_spec = None
         if fit:
             fit_spec = spec = self.fitting.request(compiled, spec, request_budget(sampling, room))
-        repeated_calls = self.repeated_call_guard(compiled, sampling)
-        if repeated_calls and spec is not None and spec.llguidance is not None:
-            assert compiled is not None and isinstance(compiled.shape.source, ToolCalls)
-            spec = spec.with_repeated_call_guard(compiled.shape.source.tool_format.name)
+        setting = sampling.repeated_call_guard or self.config.repeated_call_guard
+        repeated_calls = call_guard(compiled, setting, prompt.answered_calls)
+        if repeated_calls is not None and spec is not None and spec.llguidance is not None:
+            spec = spec.with_repeated_call_guard(repeated_calls)
         params = to_sampling_params(
             sampling,
             engine_spec=spec,
@@ -520,17 +525,6 @@ class Runtime:
         """vLLM's per-request ``reasoning_ended``: set from the same test as the split (``None``
         without a parser: the engine has no thinking to wait for)."""
         return None if self.reasoning is None else not prepared.thinking
-
-    def repeated_call_guard(self, compiled: CompiledShape | None, sampling: SamplingOptions) -> bool:
-        """Whether the repeated-call guard watches a request: tool calls that may be several
-        (``parallel_tool_calls``) in a format written by tokenmold (the guard follows its one call
-        syntax; a registry's format is the registry's tag), unless the request or the server
-        turned it off."""
-        calls = compiled.shape.source if compiled is not None else None
-        if not isinstance(calls, ToolCalls) or not calls.parallel or isinstance(calls.tool_format, RegistryFormat):
-            return False
-        wanted = sampling.repeated_call_guard
-        return self.config.repeated_call_guard if wanted is None else wanted
 
     def _fits_after_jump(
         self, compiled: CompiledShape | None, forced: ForcedPrefix, sampling: SamplingOptions, room: int

@@ -12,11 +12,12 @@ max_tokens is never returned as a call; the complete calls before it are.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeKind
-from tokenmold.grammar.toolformats import ToolFormat
+from tokenmold.grammar.toolformats import ParsedCall, ToolFormat
 from tokenmold.grammar.toolformats.base import first_repeat
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.openai import (
@@ -236,19 +237,21 @@ class ToolAnswer:
     finish_reason: str | None
 
 
-def tool_answer(verdict: Verdict, *, tool_format: ToolFormat) -> ToolAnswer:
+def tool_answer(verdict: Verdict, *, tool_format: ToolFormat, answered: Sequence[ParsedCall] = ()) -> ToolAnswer:
     """Parse the calls out of a tool-shaped output written in ``tool_format``. Every complete call
     comes back in ``tool_calls`` (arguments as generated) and the text around them is the content,
     never a call's markup: finish_reason ``"tool_calls"`` for an output that ended on a stop
     condition, the engine's otherwise (``"length"``: a turn cut off keeps the calls it completed,
     and drops the one it was writing; ``validation`` points at it). A turn the repeated-call guard
-    ended (``stop_reason: "repeated_call"``) is the calls before the repeat. Only an output with a
-    call that does not parse (no grammar would write one) is returned as it is, as content."""
+    ended (``stop_reason: "repeated_call"``, or ``"answered_call"`` at one of the conversation's
+    ``answered`` calls) is the calls before the repeat. Only an output with a call that does not
+    parse (no grammar would write one) is returned as it is, as content."""
     split = tool_format.split(verdict.text)
     calls = [tool_format.read_call(body) for body in split.calls]
     finish = verdict.finish_reason
-    if verdict.stop_reason == "repeated_call":
-        calls = calls[: first_repeat(calls)]
+    if verdict.stop_reason in ("repeated_call", "answered_call"):
+        calls = calls[: first_repeat(calls, answered if verdict.stop_reason == "answered_call" else ())]
+        finish = "tool_calls" if calls else finish
     elif finish == "stop" and split.unclosed is None and calls:
         finish = "tool_calls"
     if None in calls:
@@ -261,5 +264,5 @@ def tool_answer(verdict: Verdict, *, tool_format: ToolFormat) -> ToolAnswer:
             if call is not None
         ]
         or None,
-        "tool_calls" if verdict.stop_reason == "repeated_call" else finish,
+        finish,
     )

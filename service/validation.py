@@ -17,21 +17,23 @@ import json
 import math
 import sys
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
 import jsonschema
 
 from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
+from tokenmold.grammar.backends.base import CallGuardRequest
 from tokenmold.grammar.fit.replay import FitOutcome
 from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.grammar.structural_tag import schema_tags
-from tokenmold.grammar.toolformats.base import first_repeat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.json_validator import schema_validator
+from tokenmold.service.repeated_calls import first_refused
+from tokenmold.service.repetition import LoopSite
 
 #: At most this many errors are listed in one verdict.
 MAX_ERRORS = 20
@@ -44,16 +46,18 @@ def judge(
     stop_reason: int | str | None,
     compiled: CompiledShape | None,
     usage: Usage,
-    looping_at: str | None = None,
+    looping_at: LoopSite | None = None,
     fit: FitOutcome | None = None,
-    repeated_calls: bool = False,
+    repeated_calls: CallGuardRequest | None = None,
 ) -> Verdict:
-    """The verdict on one generated text. ``looping_at``: the JSON Pointer of the value the
-    repetition guard (``service/repetition.py``) cut the output in; the verdict is then truncated.
+    """The verdict on one generated text. ``looping_at``: where the repetition guard
+    (``service/repetition.py``) cut the output; the verdict is then truncated.
     ``fit``: what budget fitting did to the output (``tokenmold.grammar.fit.replay``); an accepted
-    output it changed is ``fitted``, with ``cut``. ``repeated_calls``: the repeated-call guard
-    (``service/repeated_calls.py``) watched the output; a call that repeats an earlier one ended
-    the turn, which is judged as the calls before it (``stop_reason: "repeated_call"``)."""
+    output it changed is ``fitted``, with ``cut``. ``repeated_calls``: what the repeated-call guard
+    (``service/repeated_calls.py``) watched in the output; a call that repeats an earlier one, or
+    one the conversation already answered, ended the turn, which is judged as the calls before it
+    (``stop_reason: "repeated_call"``, ``"answered_call"``), unless the guard gave way
+    (``"answered_call_allowed"``: judged whole)."""
     has_schema = compiled is not None and compiled.shape.kind in (ShapeKind.JSON_SCHEMA, ShapeKind.TOOLS)
     keywords = _report_model(compiled.report) if compiled is not None and has_schema else None
 
@@ -74,23 +78,24 @@ def judge(
             VerdictStatus.TRUNCATED,
             [
                 VerdictError(
-                    path=looping_at,
+                    path=looping_at.path,
                     keyword="repetition",
-                    message=f"generation stopped after {usage.completion_tokens} tokens: the same short "
-                    "token cycle kept repeating inside this value; the output is incomplete",
+                    message=looping_at.message(usage.completion_tokens),
                 )
             ],
         )
         return stopped.model_copy(update={"finish_reason": "length", "stop_reason": "repetition"})
     calls = compiled.shape.source if compiled is not None and compiled.shape.kind is ShapeKind.TOOLS else None
-    repeat = first_repeated_call(text, calls) if repeated_calls and isinstance(calls, ToolCalls) else None
-    if repeat is not None:
+    refused = first_refused(text, calls, repeated_calls) if repeated_calls and isinstance(calls, ToolCalls) else None
+    if refused is not None and refused.allowed:
+        stop_reason = refused.stop_reason
+    elif refused is not None:
         assert isinstance(calls, ToolCalls)
-        calls_value, errors = check_tool_calls(text, calls, before=repeat)
+        calls_value, errors = check_tool_calls(text, calls, before=refused.index)
         ended = verdict(VerdictStatus.INVALID, errors) if errors else verdict(VerdictStatus.ACCEPTED, [], calls_value)
         if not errors and fit is not None and fit.changed:
             ended = ended.model_copy(update={"status": VerdictStatus.FITTED, "cut": fit.cut(calls_value)})
-        return ended.model_copy(update={"finish_reason": "stop", "stop_reason": "repeated_call"})
+        return ended.model_copy(update={"finish_reason": "stop", "stop_reason": refused.stop_reason})
     if finish_reason == "length":
         cut_call = _cut_call(text, calls) if isinstance(calls, ToolCalls) else None
         return verdict(
@@ -179,12 +184,6 @@ def validator_of(schema: dict[str, Any] | bool) -> jsonschema.protocols.Validato
     return _validator(json.dumps(schema, sort_keys=True))
 
 
-def first_repeated_call(text: str, calls: ToolCalls) -> int | None:
-    """The index of the first complete call of ``text`` that repeats an earlier one, if any."""
-    fmt = calls.tool_format
-    return first_repeat([fmt.read_call(body) for body in fmt.split(text).calls])
-
-
 def _cut_call(text: str, calls: ToolCalls) -> int | None:
     """The index of the call ``text`` (cut off) ends inside, if it ends inside one."""
     split = calls.tool_format.split(text)
@@ -200,7 +199,7 @@ def check_tool_calls(text: str, calls: ToolCalls, *, before: int | None = None) 
     split = fmt.split(text)
     if before is not None:
         split = replace(split, calls=split.calls[:before], unclosed=None)
-    if calls.answer is not None and not split.calls and split.unclosed is None:
+    if calls.answer is not None and before is None and not split.calls and split.unclosed is None:
         return check_json(text, calls.answer)
     values: list[Any] = []
     errors: list[VerdictError] = []
@@ -241,6 +240,30 @@ def check_schema_tags(text: str, tag: dict[str, Any]) -> list[VerdictError]:
     """The JSON inside each tag of a structural tag whose content has a schema, checked against it
     (text outside the tags is free). Each tag is found by its begin string and runs to the first of
     its end strings; the errors' paths are ``/<n>`` (the n-th such tag in the text) and below."""
+    errors: list[VerdictError] = []
+    for n, span in enumerate(schema_tag_spans(text, tag)):
+        _, own = check_json(span.body, span.schema)
+        errors += [error.model_copy(update={"path": f"/{n}{error.path}"}) for error in own]
+    return errors[:MAX_ERRORS]
+
+
+@dataclass(frozen=True)
+class TagSpan:
+    """One tag of a structural tag whose content is JSON of a schema, as found in a text."""
+
+    at: int
+    #: Where its content starts in the text.
+    body_at: int
+    body: str
+    #: One of its end strings follows (otherwise the content runs to the end of the text).
+    closed: bool
+    schema: dict[str, Any] | bool
+
+
+def schema_tag_spans(text: str, tag: dict[str, Any]) -> list[TagSpan]:
+    """The tags of ``text`` whose content has a schema, in the order they appear (as
+    ``check_schema_tags`` numbers them): each found by its begin string, running to the first of
+    its end strings."""
     found = []
     for spec in schema_tags(tag):
         at = text.find(spec.begin)
@@ -248,13 +271,9 @@ def check_schema_tags(text: str, tag: dict[str, Any]) -> list[VerdictError]:
             start = at + len(spec.begin)
             ends = [(i, end) for end in spec.ends if (i := text.find(end, start)) >= 0]
             stop, end = min(ends) if ends else (len(text), "")
-            found.append((at, text[start:stop], spec.schema))
+            found.append(TagSpan(at, start, text[start:stop], bool(ends), spec.schema))
             at = text.find(spec.begin, stop + len(end)) if ends else -1
-    errors: list[VerdictError] = []
-    for n, (_, body, schema) in enumerate(sorted(found, key=lambda item: item[0])):
-        _, own = check_json(body, schema)
-        errors += [error.model_copy(update={"path": f"/{n}{error.path}"}) for error in own]
-    return errors[:MAX_ERRORS]
+    return sorted(found, key=lambda span: span.at)
 
 
 def _check_grammar(text: str, compiled: CompiledShape, stop_reason: int | str | None) -> list[VerdictError]:

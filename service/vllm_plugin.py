@@ -576,7 +576,8 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
 
 def _end_repeated_calls(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     """Run the repeated-call guard (``service/repeated_calls.py``) next to ``grammar`` when its
-    spec asks for it: no token goes past a call that repeats an earlier one of the output."""
+    spec asks for it: no token goes past a call that repeats an earlier one of the output, or one
+    the conversation already answered."""
     from tokenmold.service.repeated_calls import run_beside
 
     if spec.repeated_calls is not None:

@@ -21,6 +21,8 @@ from tokenmold.service.model_home import default_model_dir
 
 KEY = "sk-tokenmold-test"
 MODEL = "SmolLM2-135M-Instruct"
+#: The shared server's other names (``--served-model-name MODEL ALIASES...``, as vLLM takes several).
+ALIASES = ("gpt-4o-2024-08-06", "gpt-5")
 #: The body limit: above the adversarial corpus's largest legitimate body (a 100,000-value enum).
 MAX_BODY = 4_000_000
 #: The compile limit: past every shape the tests expect to compile (128 tools take ~0.1 s), short
@@ -70,8 +72,10 @@ FAULTS_SERVER = (
 
 def server_args(batch_dir: Path) -> tuple[str, ...]:
     """The shared server's flags: the model's own context (the 128 tools' prompt is ~3k tokens),
-    an API key, two compile workers, a batch folder for ``/v1/batches``, and ``ENGINE_FLAGS``."""
+    its name and ``ALIASES``, an API key, two compile workers, a batch folder for ``/v1/batches``,
+    and ``ENGINE_FLAGS``."""
     return (
+        "--served-model-name", MODEL, *ALIASES,
         "--api-key", KEY,
         "--compile-timeout", str(COMPILE_TIMEOUT_S),
         "--compile-workers", "2",

@@ -18,6 +18,7 @@ import jsonschema
 import openai
 import pytest
 from live_api import (
+    ALIASES,
     COMPILE_TIMEOUT_S,
     KEY,
     MAX_BODY,
@@ -370,7 +371,7 @@ def test_too_long_a_prompt_and_an_unknown_model(client) -> None:
     assert exc.value.body["code"] == "context_length_exceeded"
     with pytest.raises(openai.NotFoundError):
         client.chat.completions.create(model="gpt-4o", messages=WEATHER_QUESTION, max_tokens=2)
-    assert [m.id for m in client.models.list()] == [MODEL]
+    assert [m.id for m in client.models.list()] == [MODEL, *ALIASES]
 
 
 def test_the_model_card_names_the_dtype_auto_chose_on_this_host(client) -> None:
@@ -378,7 +379,7 @@ def test_the_model_card_names_the_dtype_auto_chose_on_this_host(client) -> None:
     embedded model's own bfloat16 (read from the engine, not from the flag)."""
     from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
 
-    (card,) = client.models.list().data
+    card = client.models.list().data[0]
     emulated = host_is_x86() and not host_has_native_bf16()
     assert card.model_extra["dtype"] == ("float32" if emulated else "bfloat16")
 

@@ -226,6 +226,19 @@ def test_llguidance_layout_is_compact(vocab):
     assert not compiled.accepts('{"name": "x", "age": 1}')
 
 
+def test_llguidance_lays_json_out_with_a_whitespace_pattern(vocab):
+    """vLLM's ``whitespace_pattern`` is llguidance's own option: a gap between two tokens is any
+    number of the pattern's matches, none included, and no other whitespace."""
+    llguidance = get_backend("llguidance")(vocab)
+    compiled = llguidance.compile_json_schema(SCHEMA, JsonOptions(whitespace_pattern=r"\n"))
+    assert compiled.accepts('{"name":"x","age":1}')
+    assert compiled.accepts('{\n"name":\n"x",\n\n"age":1\n}')
+    assert not compiled.accepts('{"name": "x", "age": 1}')
+    with pytest.raises(RegexError) as info:
+        llguidance.compile_json_schema(SCHEMA, JsonOptions(whitespace_pattern="(?=a)"))
+    assert info.value.keyword == "whitespace_pattern" and "look-around" in info.value.message
+
+
 def test_outlines_whitespace_is_bounded(vocab):
     compiled = get_backend("outlines")(vocab).compile_json_schema(SCHEMA, JsonOptions(max_whitespace=2))
     assert compiled.accepts('{ "name": "x",  "age": 1}')

@@ -89,6 +89,10 @@ def test_xgrammar_whitespace_is_bounded(vocab) -> None:
     compiled = compiler.compile(Shape.from_json_schema(PERSON))
     assert _walk(compiled, vocab, '{ "name": "Ada", "age": 36 }')
     assert not _walk(compiled, vocab, '{"name":"Ada",' + " " * 10 + '"age":36}')
+    # A whitespace pattern is llguidance's option alone: that schema goes to llguidance, keyed apart.
+    patterned = compiler.compile(Shape.from_json_schema(PERSON), CompileOptions(whitespace_pattern=" "))
+    assert patterned.engine_spec.backend == "llguidance" and patterned.key != compiled.key
+    assert _walk(patterned, vocab, '{"name": "Ada",' + " " * 10 + '"age":36}')
 
 
 def test_ebnf_regex_choice_and_pydantic(inline, vocab) -> None:

@@ -99,7 +99,9 @@ def test_the_128_tool_request_returns_its_call_once_without_markup(client) -> No
     assert choice.model_extra["validation"]["status"] == "accepted"
 
 
-def _small_turn(client: openai.OpenAI, max_tokens: int, guard: bool, stream: bool = False):
+def _small_turn(client: openai.OpenAI, max_tokens: int, guard: str, stream: bool = False):
+    """The repeating turn under ``guard``: ``"turn"``, the guard within the turn only (the
+    conversation's calls are answered, and ``"on"`` would refuse them too), or ``"off"``."""
     return client.chat.completions.create(
         model=MODEL,
         messages=REPEATING,
@@ -115,7 +117,7 @@ def _small_turn(client: openai.OpenAI, max_tokens: int, guard: bool, stream: boo
 def test_the_engine_stops_at_the_repeat(client) -> None:
     """Unguarded, the model writes the same call three times before it ends (the old behaviour);
     guarded, the engine ends the output right after the second copy: fewer tokens are generated."""
-    off, on = _small_turn(client, 200, False), _small_turn(client, 200, True)
+    off, on = _small_turn(client, 200, "off"), _small_turn(client, 200, "turn")
     repeats = _calls(off.choices[0])
     assert len(repeats) >= 3 and all(call == repeats[0] for call in repeats)
     assert _calls(on.choices[0]) == repeats[:1] and on.choices[0].finish_reason == "tool_calls"
@@ -124,7 +126,7 @@ def test_the_engine_stops_at_the_repeat(client) -> None:
 
 
 def test_a_streamed_turn_never_sends_the_repeat(client) -> None:
-    calls, content, finish, validation = _collected(_small_turn(client, 200, True, stream=True))
+    calls, content, finish, validation = _collected(_small_turn(client, 200, "turn", stream=True))
     assert len(calls) == 1 and content == "" and finish == "tool_calls"
     assert validation["stop_reason"] == "repeated_call"
 
@@ -133,9 +135,9 @@ def test_a_streamed_turn_never_sends_the_repeat(client) -> None:
 def test_a_cut_turn_keeps_its_complete_call(client, streamed) -> None:
     """40 tokens: the first call is complete, the second (a repeat, unguarded) is cut off."""
     if streamed:
-        complete, content, finish, validation = _collected(_small_turn(client, 40, False, stream=True))
+        complete, content, finish, validation = _collected(_small_turn(client, 40, "off", stream=True))
     else:
-        whole = _small_turn(client, 40, False).choices[0]
+        whole = _small_turn(client, 40, "off").choices[0]
         complete, content, finish = _calls(whole), whole.message.content, whole.finish_reason
         validation = whole.model_extra["validation"]
     assert finish == "length" and len(complete) == 1

@@ -16,7 +16,7 @@ from tokenmold.schemas.openai import ChatCompletionRequest, ChatUsage, Completio
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api import errors
 from tokenmold.service.api.translate import ChatStream, CompletionStream, chat_plan, completion_plan
-from tokenmold.service.errors import RequestError
+from tokenmold.service.errors import RequestError, ShapeFieldError
 from tokenmold.service.runtime import StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
@@ -217,7 +217,7 @@ def test_guided_fields_are_the_structured_outputs_they_became(field: str, value:
         ({"guided_json": PARAMETERS, "guided_regex": "a"}, "guided_regex"),
         ({"response_format": {"type": "json_object"}, "guided_choice": ["a"]}, "guided_choice"),
         ({"structured_outputs": {"regex": "a"}, "guided_grammar": 'root ::= "a"'}, "guided_grammar"),
-        ({"guided_whitespace_pattern": "[ ]?", "guided_json": PARAMETERS}, "guided_whitespace_pattern"),
+        ({"guided_whitespace_pattern": "[ ]?", "guided_regex": "a"}, "guided_whitespace_pattern"),
         ({"tools": [TOOL], "tool_choice": NAMED, "guided_json": PARAMETERS}, "guided_json"),
     ],
 )
@@ -229,3 +229,129 @@ def test_the_guided_decoding_backend_is_the_servers_choice() -> None:
     """Accepted (vLLM clients send it) and changes nothing: the shape is the same either way."""
     with_backend = chat_plan(chat(guided_regex="[0-9]+", guided_decoding_backend="outlines"), MODEL)
     assert with_backend == chat_plan(chat(guided_regex="[0-9]+"), MODEL)
+
+
+# ---------------------------------------------------------------- response_format structural tags
+
+POINT_TAG = {"begin": "<point>", "schema": PARAMETERS, "end": "</point>"}
+STRUCTURAL_TAGS = [
+    {"type": "structural_tag", "structures": [POINT_TAG], "triggers": ["<point>"]},
+    {
+        "type": "structural_tag",
+        "format": {"type": "tag", "begin": "<point>", "content": {"type": "json_schema", "json_schema": PARAMETERS}},
+    },
+]
+
+
+@pytest.mark.parametrize("tag", STRUCTURAL_TAGS, ids=["structures", "format"])
+def test_a_structural_tag_response_format_is_the_structural_tag_vllm_makes_of_it(tag: dict) -> None:
+    """vLLM reads the format as ``structured_outputs.structural_tag`` (the JSON text of its own
+    models' dump): the same text gives the same shape here, on both routes, named ``response_format``."""
+    from pydantic import TypeAdapter
+    from vllm.entrypoints.generate.base.protocol import (
+        AnyStructuralTagResponseFormat,
+        structured_outputs_from_response_format,
+    )
+
+    vllm_format = TypeAdapter(AnyStructuralTagResponseFormat).validate_python(tag)
+    as_vllm_reads_it = structured_outputs_from_response_format(None, vllm_format).structural_tag
+    twin = chat_plan(chat(structured_outputs={"structural_tag": as_vllm_reads_it}), MODEL)
+    for plan in (chat_plan(chat(response_format=tag), MODEL), completion_plan(completion(response_format=tag), MODEL)):
+        assert plan.shape.kind is ShapeKind.STRUCTURAL_TAG and plan.shape_param == "response_format"
+        assert plan.shape == twin.shape
+
+
+@pytest.mark.parametrize(
+    "tag",
+    [
+        {"type": "structural_tag"},
+        {"type": "structural_tag", "structures": [POINT_TAG]},
+        {"type": "structural_tag", "structures": [{"begin": "<point>", "end": "</point>"}], "triggers": ["<p"]},
+    ],
+    ids=["neither form", "no triggers", "no schema"],
+)
+def test_a_structural_tag_response_format_that_is_neither_form_is_refused_by_name(tag: dict) -> None:
+    error = refused(response_format=tag)
+    assert isinstance(error, ShapeFieldError) and error.code == "invalid_grammar" and error.param == "response_format"
+
+
+# ---------------------------------------------------------------- whitespace_pattern
+
+
+@pytest.mark.parametrize(
+    "fields, shape_param",
+    [
+        ({"structured_outputs": {"json": PARAMETERS, "whitespace_pattern": r"[\n ]?"}}, "structured_outputs.json"),
+        ({"guided_json": PARAMETERS, "guided_whitespace_pattern": r"[\n ]?"}, "guided_json"),
+        (
+            {
+                "response_format": {"type": "json_schema", "json_schema": {"name": "city", "schema": PARAMETERS}},
+                "structured_outputs": {"whitespace_pattern": r"[\n ]?"},
+            },
+            "response_format.json_schema.schema",
+        ),
+    ],
+)
+def test_a_whitespace_pattern_lays_out_the_json_it_comes_with(fields: dict, shape_param: str) -> None:
+    """vLLM 0.32 takes the field and ignores it; here it is llguidance's whitespace option, on
+    both routes (outlines' vLLM client sends it with a ``JsonSchema``'s ``whitespace_pattern``)."""
+    for plan in (chat_plan(chat(**fields), MODEL), completion_plan(completion(**fields), MODEL)):
+        assert plan.shape.kind is ShapeKind.JSON_SCHEMA and plan.shape_param == shape_param
+        assert plan.options.whitespace_pattern == r"[\n ]?"
+
+
+PATTERN = {"json": PARAMETERS, "whitespace_pattern": " "}
+
+
+@pytest.mark.parametrize(
+    "fields, param, words",
+    [
+        ({"structured_outputs": {"regex": "a", "whitespace_pattern": " "}}, "structured_outputs", "not with"),
+        ({"structured_outputs": {"whitespace_pattern": " "}}, "structured_outputs", "not without one"),
+        ({"structured_outputs": PATTERN, "guided_whitespace_pattern": " "}, "guided", "once"),
+        ({"structured_outputs": {**PATTERN, "disable_any_whitespace": True}}, "structured_outputs", "contradicts"),
+        ({"structured_outputs": PATTERN, "budget": "fit"}, "structured_outputs", "budget: fit"),
+        ({"structured_outputs": PATTERN, "tools": [TOOL]}, "structured_outputs", "tools"),
+        ({"structured_outputs": {**PATTERN, "whitespace_pattern": "("}}, "structured_outputs", "unclosed group"),
+    ],
+)
+def test_a_whitespace_pattern_is_refused_by_name_where_it_cannot_lay_json_out(
+    fields: dict, param: str, words: str
+) -> None:
+    error = refused(**fields)
+    whitespace = {"structured_outputs": "structured_outputs.whitespace_pattern", "guided": "guided_whitespace_pattern"}
+    assert error.param == whitespace[param] and words in error.message, error.message
+    # The same request without the pattern is planned.
+    so = {name: value for name, value in fields["structured_outputs"].items() if name != "whitespace_pattern"}
+    chat_plan(chat(**{**fields, "structured_outputs": so, "guided_whitespace_pattern": None}), MODEL)
+
+
+# ---------------------------------------------------------------- several served model names
+
+
+def test_the_served_model_name_flag_takes_several_names_as_vllms_does() -> None:
+    from tokenmold.service.cli import _parser
+
+    parser = _parser()
+    names = ["SmolLM2-135M-Instruct", "gpt-4o-2024-08-06", "gpt-5"]
+    assert parser.parse_args(["serve", "--served-model-name", *names]).served_model_name == names
+    assert parser.parse_args(["ray", "serve", "--served-model-name", *names]).served_model_name == names
+    assert parser.parse_args(["serve"]).served_model_name is None  # the model folder's name
+
+
+def test_every_served_name_is_listed_first_name_first_and_accepted() -> None:
+    from tokenmold.service.api.generation import Generation
+    from tokenmold.service.api.routers.models import router
+    from tokenmold.service.api.settings import ServerSettings
+
+    app = FastAPI()
+    errors.install(app)
+    app.include_router(router)
+    runtime = SimpleNamespace(engine=SimpleNamespace(max_model_len=8192, dtype="float32"))
+    settings = ServerSettings(model_name="m", model_aliases=("gpt-4o-2024-08-06", "gpt-5"))
+    app.state.generation = Generation(runtime, settings, metrics=None)  # type: ignore[arg-type]
+    models = TestClient(app, raise_server_exceptions=False)
+    assert [card["id"] for card in models.get("/v1/models").json()["data"]] == ["m", "gpt-4o-2024-08-06", "gpt-5"]
+    assert models.get("/v1/models/gpt-5").json()["id"] == "gpt-5"
+    missing = models.get("/v1/models/gpt-4o")
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "model"

@@ -8,11 +8,13 @@ A matcher never raises mid-generation: a rejected token puts it into a sticky er
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from tokenmold.grammar.errors import UnsupportedFeature
+from tokenmold.grammar.toolformats.base import ParsedCall
 
 if TYPE_CHECKING:
     import torch
@@ -37,11 +39,16 @@ class JsonOptions:
         ``True``: the keywords the guards hold (``tokenmold.grammar.guards.held_keywords``) leave
         the grammar and the spec asks the engine to run the guards in their place. ``False``: the
         grammar engine gets the whole schema and no guard runs (the switch measures what they buy).
+    whitespace_pattern:
+        The whitespace between JSON tokens as a regular expression, in place of ``max_whitespace``
+        (vLLM's ``whitespace_pattern``): llguidance's own option, so the compiler sends a shape
+        that has one to llguidance whatever the backend (``LLGuidanceBackend.compile_json_schema``).
     """
 
     strict_properties: bool = False
     max_whitespace: int = 2
     guards: bool = True
+    whitespace_pattern: str | None = None
 
 
 #: Prefix of a ``grammar`` spec that carries a serialized llguidance grammar (see
@@ -79,6 +86,25 @@ class FitRequest:
 
 
 @dataclass(frozen=True)
+class CallGuardRequest:
+    """The repeated-call guard asked for (``service/repeated_calls.py``): the name of the tool-call
+    format whose calls it watches, and the calls the conversation already made and got answers
+    for, which it refuses as it refuses a call the output already made."""
+
+    tool_format: str
+    answered: tuple[ParsedCall, ...] = ()
+
+    def line(self) -> str:
+        answered = json.dumps([[call.name, call.arguments] for call in self.answered], ensure_ascii=False)
+        return f"{_REPEATED_CALLS_LINE}{self.tool_format} {answered}\n"
+
+    @classmethod
+    def read(cls, line: str) -> CallGuardRequest:
+        tool_format, _, answered = line[len(_REPEATED_CALLS_LINE) :].partition(" ")
+        return cls(tool_format, tuple(ParsedCall(name, arguments) for name, arguments in json.loads(answered or "[]")))
+
+
+@dataclass(frozen=True)
 class LlguidanceSpec:
     """A spec the plugin compiles: the serialized grammar and what the engine runs next to it.
 
@@ -87,8 +113,8 @@ class LlguidanceSpec:
     guard (``tokenmold.grammar.guards.unique_keys``) runs too, for JSON with explicitly open objects.
     ``bounds``: the normalized schema (compact JSON) whose string ``maxLength``s and array ``maxItems`` the grammar left
     out for the bound guard (``tokenmold.grammar.guards.schema_guard``) to enforce. ``fit``: the
-    budget-fitting mask (``tokenmold.grammar.fit``) runs too. ``repeated_calls``: the name of the
-    tool-call format whose calls the repeated-call guard (``service/repeated_calls.py``) watches.
+    budget-fitting mask (``tokenmold.grammar.fit``) runs too. ``repeated_calls``: the repeated-call
+    guard (``service/repeated_calls.py``) runs too.
     """
 
     grammar: str
@@ -96,7 +122,7 @@ class LlguidanceSpec:
     unique_keys: bool = False
     fit: FitRequest | None = None
     bounds: str | None = None
-    repeated_calls: str | None = None
+    repeated_calls: CallGuardRequest | None = None
 
     @classmethod
     def read(cls, text: str) -> LlguidanceSpec | None:
@@ -117,7 +143,7 @@ class LlguidanceSpec:
         repeated_calls = None
         if body.startswith(_REPEATED_CALLS_LINE):
             line, _, body = body.partition("\n")
-            repeated_calls = line[len(_REPEATED_CALLS_LINE) :]
+            repeated_calls = CallGuardRequest.read(line)
         forced: tuple[int, ...] = ()
         if body.startswith(_FORCED_LINE):
             line, _, body = body.partition("\n")
@@ -132,7 +158,7 @@ class LlguidanceSpec:
             + (_UNIQUE_KEYS_LINE if self.unique_keys else "")
             + (f"{_BOUNDS_LINE}{self.bounds}\n" if self.bounds is not None else "")
             + (self.fit.line() if self.fit else "")
-            + (f"{_REPEATED_CALLS_LINE}{self.repeated_calls}\n" if self.repeated_calls else "")
+            + (self.repeated_calls.line() if self.repeated_calls else "")
             + forced
             + self.grammar
         )
@@ -185,12 +211,12 @@ class EngineSpec:
             raise ValueError("only an llguidance spec takes budget fitting")
         return replace(self, text=replace(parsed, fit=fit).text)
 
-    def with_repeated_call_guard(self, tool_format: str) -> EngineSpec:
-        """This llguidance spec with the repeated-call guard watching calls in ``tool_format``."""
+    def with_repeated_call_guard(self, guard: CallGuardRequest) -> EngineSpec:
+        """This llguidance spec with the repeated-call guard asked for."""
         parsed = self.llguidance
         if parsed is None:
             raise ValueError("only an llguidance spec takes the repeated-call guard")
-        return replace(self, text=replace(parsed, repeated_calls=tool_format).text)
+        return replace(self, text=replace(parsed, repeated_calls=guard).text)
 
 
 class Matcher(ABC):

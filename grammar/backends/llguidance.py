@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -96,6 +97,16 @@ def _regex_error(raw: str) -> ShapeError:
     caret = next((ln for ln in lines if ln.strip() and set(ln.strip()) == {"^"}), None)
     column = caret.index("^") - 3 if caret is not None else None  # the excerpt is indented by 4
     return RegexError(f"llguidance: {reason}", line=1 if column else None, column=column)
+
+
+def check_whitespace_pattern(pattern: str) -> str:
+    """``pattern`` once llguidance has parsed it, for JSON's whitespace between tokens (vLLM's
+    ``whitespace_pattern``); a ``RegexError`` naming ``whitespace_pattern`` otherwise, rather than
+    the schema compile's error, which would blame the schema."""
+    error = llguidance.LLMatcher.validate_grammar(llguidance.LLMatcher.grammar_from_regex(pattern))
+    if error:
+        raise replace(_regex_error(error), keyword="whitespace_pattern")
+    return pattern
 
 
 class LLGuidanceMatcher(TokenTextMatcher):
@@ -207,7 +218,9 @@ class LLGuidanceBackend(Backend):
         strict properties, so ``strict_properties=True`` is refused: the schema must spell it out
         (``additionalProperties: false``). And its whitespace is a repeatable lexeme, so a bounded
         ``whitespace_pattern`` does not bound a gap; any ``max_whitespace`` therefore gives compact
-        JSON, the one layout inside every bound.
+        JSON, the one layout inside every bound. A caller's own ``options.whitespace_pattern`` is
+        llguidance's option as llguidance reads it: each gap is any number of the pattern's
+        matches, none included (the pattern says which whitespace, not how much).
 
         With ``options.guards``, the keywords the guards hold leave the grammar (plain strings'
         ``maxLength``, arrays' ``maxItems``, held patterns and formats: llguidance's masks there are
@@ -226,7 +239,12 @@ class LLGuidanceBackend(Backend):
                 if stripped.lengths or stripped.items or stripped.patterns or stripped.anchored:
                     bounds = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
                 schema = stripped.schema
-            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": COMPACT.x_guidance}
+            layout = (
+                COMPACT.x_guidance
+                if options.whitespace_pattern is None
+                else {"whitespace_pattern": check_whitespace_pattern(options.whitespace_pattern)}
+            )
+            schema = {**(schema if isinstance(schema, dict) else {}), "x-guidance": layout}
         return self.compile_grammar(
             llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)), on_error=_schema_error, bounds=bounds
         )

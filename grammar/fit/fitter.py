@@ -163,9 +163,9 @@ class Narrowing:
 
 
 class LoopDetector(Protocol):
-    """``service.repetition.RepetitionDetector``: says when an output's tail is a loop."""
+    """``service.repetition.RepetitionDetector``: the loops an output's tail reached."""
 
-    def feed(self, token_ids: list[int]) -> Any: ...
+    def feed(self, token_ids: list[int]) -> list[Any]: ...
 
 
 @dataclass
@@ -208,9 +208,9 @@ class Fitter:
         elif self._value_start is None or self._value_start[0] != scalar:
             self._value_start = (scalar, self.steps - 1)
         if self.detector is not None and self.looping_at is None:
-            loop = self.detector.feed([token])
+            loops = self.detector.feed([token])
             start = self._value_start
-            if loop is not None and start is not None and self.steps - loop.tokens >= start[1]:
+            if start is not None and any(self.steps - loop.tokens >= start[1] for loop in loops):
                 self.looping_at = start[0]
 
     def restrict(self, words: np.ndarray) -> bool:

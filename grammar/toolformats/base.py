@@ -151,24 +151,52 @@ class ToolFormat:
             return ParsedCall(value["name"], written.arguments)  # the arguments exactly as streamed
         return ParsedCall(value["name"], json.dumps(value[key], ensure_ascii=False))
 
-    def stream(self, *, hold_repeats: bool = False) -> ToolCallStream:
+    def stream(self, *, hold_repeats: bool = False, answered: Sequence[ParsedCall] = ()) -> ToolCallStream:
         """The incremental parser; ``hold_repeats``: a call that could still repeat an earlier one
-        of the answer is held back (the repeated-call guard drops a repeat)."""
-        return ToolCallStream(self, hold_repeats=hold_repeats)
+        of the answer, or one of the ``answered`` calls of the conversation, is held back (the
+        repeated-call guard drops a repeat)."""
+        return ToolCallStream(self, hold_repeats=hold_repeats, answered=tuple(answered))
 
 
 def same_call(a: ParsedCall, b: ParsedCall) -> bool:
     """The same function with the same arguments, compared as parsed JSON (key order and spacing
-    aside)."""
-    return a.name == b.name and _same_json(a.arguments, _loads(b.arguments))
+    aside) with strings compared loosely (``_loose``): a model caught in a loop writes ``"oslo"``
+    after ``"Oslo"``, and it is the same question."""
+    if a.name != b.name:
+        return False
+    first, second = _loads(a.arguments), _loads(b.arguments)
+    return first is not _NOT_JSON and second is not _NOT_JSON and _loose(first) == _loose(second)
 
 
-def first_repeat(calls: list[ParsedCall | None]) -> int | None:
-    """The index of the first call identical (``same_call``) to an earlier one, if any."""
+def first_repeat(calls: list[ParsedCall | None], answered: Sequence[ParsedCall] = ()) -> int | None:
+    """The index of the first call identical (``same_call``) to an earlier one, or to one of the
+    ``answered`` calls (calls the conversation already made and got an answer for), if any."""
     for index, call in enumerate(calls):
-        if call is not None and any(earlier is not None and same_call(earlier, call) for earlier in calls[:index]):
+        if call is None:
+            continue
+        before = [*answered, *(earlier for earlier in calls[:index] if earlier is not None)]
+        if any(same_call(earlier, call) for earlier in before):
             return index
     return None
+
+
+#: What ``_loose`` strips from both ends of a string: spacing and sentence punctuation (not ``+``
+#: or ``#``, which make ``C++`` and ``C#`` other values than ``C``).
+_LOOSE_ENDS = " .,;:!?'\""
+
+
+def _loose(value: Any) -> Any:
+    """A JSON value as calls are compared: each string case-folded, its runs of whitespace one
+    space, spacing and sentence punctuation at its ends dropped (``"Oslo"``, ``" oslo."`` and
+    ``"OSLO"`` are one value; ``"Oslo, Norway"`` is another: a qualified value can be another
+    question). Keys, numbers and literals compare exactly."""
+    if isinstance(value, str):
+        return " ".join(value.casefold().split()).strip(_LOOSE_ENDS)
+    if isinstance(value, list):
+        return [_loose(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _loose(item) for key, item in value.items()}
+    return value
 
 
 def _loads(text: str) -> Any:
@@ -194,6 +222,8 @@ class CallPrefix:
     arguments: str = ""
     #: The arguments value has ended.
     closed: bool = False
+    #: Where the arguments start in the call's text (the repetition guard reads them there).
+    arguments_at: int = 0
 
 
 #: A call object's head in the grammar's layout: the name first, then the arguments key.
@@ -209,7 +239,7 @@ def call_prefix(body: str, scanner: ValueScanner | None = None) -> CallPrefix:
     name = json.loads(head.group(1))
     arguments = body[head.end() :]
     end = (scanner or ValueScanner()).scan(arguments)
-    return CallPrefix(name, arguments[:end] if end is not None else arguments, end is not None)
+    return CallPrefix(name, arguments[:end] if end is not None else arguments, end is not None, head.end())
 
 
 @dataclass
@@ -305,6 +335,8 @@ class ToolCallStream:
     format: ToolFormat
     #: Hold back a call while it could still repeat an earlier one (released once it diverges).
     hold_repeats: bool = False
+    #: Calls the conversation already made and got answers for: held back like earlier calls.
+    answered: tuple[ParsedCall, ...] = ()
     text: str = ""
     content_sent: str = ""
     #: Per opened call: (name, arguments sent so far).
@@ -347,14 +379,14 @@ class ToolCallStream:
 
     def _calls(self, bodies: list[str]) -> list[CallDelta]:
         pieces = []
-        earlier: list[CallPrefix] = []
+        earlier = list(self.answered)
         for index, body in enumerate(bodies):
             prefix = call_prefix(body, self._scanners.setdefault(index, ValueScanner()))
             if prefix.name is None:
                 break  # later calls wait for this one's name (indices stay in order)
             if self.hold_repeats and index == len(self.calls_sent) and _may_repeat(prefix, earlier):
                 break  # held back, and the calls after it, while it could repeat an earlier call
-            earlier.append(prefix)
+            earlier.append(ParsedCall(prefix.name, prefix.arguments))
             if index == len(self.calls_sent):
                 # One entry per call and chunk, its name and first arguments together: the openai
                 # SDK's stream helper appends a second entry of the same index as another call.
@@ -368,31 +400,12 @@ class ToolCallStream:
         return pieces
 
 
-def _may_repeat(call: CallPrefix, earlier: list[CallPrefix]) -> bool:
+def _may_repeat(call: CallPrefix, earlier: list[ParsedCall]) -> bool:
     """Whether ``call`` (still being written, or closed) could be, or is, a repeat of one of the
-    ``earlier`` calls: the same name, and arguments that equal theirs as JSON once closed, or
-    whose text so far begins theirs (whitespace outside strings aside) while open."""
-    for other in earlier:
-        if other.name != call.name or not other.closed:
-            continue
-        if call.closed:
-            if _same_json(call.arguments, _loads(other.arguments)):
-                return True
-        elif _compact(other.arguments).startswith(_compact(call.arguments)):
-            return True
-    return False
-
-
-def _compact(text: str) -> str:
-    """JSON text (possibly partial) without the whitespace outside its strings."""
-    out: list[str] = []
-    in_string = escaped = False
-    for c in text:
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (c == "\\", c != '"')
-        elif c == '"':
-            in_string = True
-        elif c in " \t\r\n":
-            continue
-        out.append(c)
-    return "".join(out)
+    ``earlier`` calls: the same name, and, once closed, the same arguments (``same_call``). Strings
+    compare loosely, so open arguments can turn out to repeat whatever they began as: a call is held
+    until it closes when an earlier call has its name."""
+    assert call.name is not None
+    if not call.closed:
+        return any(other.name == call.name for other in earlier)
+    return any(same_call(other, ParsedCall(call.name, call.arguments)) for other in earlier)

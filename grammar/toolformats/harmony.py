@@ -13,11 +13,19 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tokenmold.grammar.json_layout import ARGUMENTS
-from tokenmold.grammar.toolformats.base import CallDelta, SplitText, StreamPiece, ToolCallStream, partial_suffix
+from tokenmold.grammar.toolformats.base import (
+    CallDelta,
+    ParsedCall,
+    SplitText,
+    StreamPiece,
+    ToolCallStream,
+    partial_suffix,
+)
 from tokenmold.grammar.toolformats.registry import RegistryFormat, canonical_call, parser_request
 
 RECIPIENT = "to=functions."
@@ -58,7 +66,7 @@ class HarmonyFormat(RegistryFormat):
             return SplitText(content or "", [canonical_call(*b) for b in bodies[:-1]], text[text.rfind(RECIPIENT) :])
         return SplitText(content or "", [canonical_call(*b) for b in bodies])
 
-    def stream(self, *, hold_repeats: bool = False) -> ToolCallStream:
+    def stream(self, *, hold_repeats: bool = False, answered: Sequence[ParsedCall] = ()) -> ToolCallStream:
         return HarmonyStream(self)
 
 

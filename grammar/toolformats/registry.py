@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.toolformats.base import (
     CallDelta,
+    ParsedCall,
     SplitText,
     StreamPiece,
     ToolCallStream,
@@ -132,10 +133,10 @@ class RegistryFormat(ToolFormat):
         assert self.render is not None
         return self.render(calls)
 
-    def stream(self, *, hold_repeats: bool = False) -> ToolCallStream:
+    def stream(self, *, hold_repeats: bool = False, answered: Sequence[ParsedCall] = ()) -> ToolCallStream:
         """vLLM's ``extract_tool_calls_streaming``, one marker-token at a time
-        (``RegistryStream``); ``hold_repeats`` does not apply: the repeated-call guard watches
-        llguidance grammars, and a registry tag compiles with xgrammar."""
+        (``RegistryStream``); ``hold_repeats`` and ``answered`` do not apply: the repeated-call
+        guard watches llguidance grammars, and a registry tag compiles with xgrammar."""
         return RegistryStream(self, parser=self._parser(), tokenizer=MarkerTokenizer(self.markers))
 
     def _parser(self) -> Any:

@@ -1,5 +1,5 @@
 """Request fields that OpenAI or vLLM define but that this server cannot honour, refused by name,
-and the field forms that reduce to simpler ones (``allowed_tools``).
+the field forms that reduce to simpler ones (``allowed_tools``), and vLLM's JSON whitespace pattern.
 
 The body models accept every field of today's OpenAI chat-completions and completions requests (a
 client library sends them unasked) and vLLM's extensions. Those with no effect on the output here
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenmold.grammar import Shape, ShapeError, ShapeKind
+from tokenmold.grammar.backends.llguidance import check_whitespace_pattern
 from tokenmold.schemas.openai import (
     AllowedToolsChoice,
     ChatCompletionRequest,
@@ -30,7 +32,7 @@ from tokenmold.schemas.openai import (
     ToolChoice,
     ToolDefinition,
 )
-from tokenmold.service.errors import RequestError
+from tokenmold.service.errors import RequestError, ShapeFieldError
 
 #: apply_chat_template's own arguments: set by the server, never through chat_template_kwargs.
 RESERVED_TEMPLATE_KWARGS = frozenset(
@@ -78,23 +80,68 @@ def shape_fields(body: GenerationRequest) -> dict[str, Any]:
 
 
 def check_generation_fields(body: GenerationRequest) -> None:
-    """Refuse what both routes define and cannot honour: vLLM's structured-output options that
-    have no counterpart in tokenmold's grammar compiler."""
+    """Refuse what both routes define and cannot honour: vLLM's structured-output option that has
+    no counterpart in tokenmold's grammar compiler."""
     so = body.structured_outputs or StructuredOutputs()
-    whitespace = "whitespace is bounded by the compiler; use structured_outputs.disable_any_whitespace for compact JSON"
-    unsupported = [
-        (
-            "structured_outputs.disable_additional_properties",
-            so.disable_additional_properties,
-            "close the schema's objects (additionalProperties: false) or use response_format json_schema with "
-            "strict: true",
-        ),
-        ("structured_outputs.whitespace_pattern", so.whitespace_pattern, whitespace),
-        ("guided_whitespace_pattern", body.guided_whitespace_pattern, whitespace),
+    if so.disable_additional_properties:
+        param = "structured_outputs.disable_additional_properties"
+        raise RequestError(
+            f"{param} is not supported here: close the schema's objects (additionalProperties: false) or use "
+            "response_format json_schema with strict: true",
+            param=param,
+        )
+
+
+def json_whitespace(body: GenerationRequest, shape: Shape | None, name: str | None) -> str | None:
+    """The whitespace pattern the JSON output of ``shape`` (asked for with field ``name``) may
+    have between its tokens, checked by llguidance, which lays the JSON out with it; ``None`` when
+    the request gives none. Beside any other shape, or none, a pattern is refused by name."""
+    given = _whitespace_field(body)
+    if given is None:
+        return None
+    param, pattern = given
+    if shape is None or shape.kind is not ShapeKind.JSON_SCHEMA:
+        raise RequestError(
+            f"{param} lays out JSON output: give it with a JSON Schema (structured_outputs.json or json_object, "
+            f"response_format json_schema or json_object), not {f'with {name}' if name else 'without one'}",
+            param=param,
+        )
+    try:
+        return check_whitespace_pattern(pattern)
+    except ShapeError as exc:
+        raise ShapeFieldError(str(exc), code=exc.code, param=param) from None
+
+
+def _whitespace_field(body: GenerationRequest) -> tuple[str, str] | None:
+    """The field that asks for a JSON output's whitespace (``structured_outputs.whitespace_pattern``,
+    which outlines' vLLM client sends, or its older name ``guided_whitespace_pattern``) and its
+    pattern; ``None`` when neither is set. vLLM 0.32 takes the field and ignores it; here it is
+    honoured (``json_whitespace``), so what contradicts it is refused: both names at once,
+    ``disable_any_whitespace`` (compact JSON), and budget fitting, whose plan prices compact JSON."""
+    so = body.structured_outputs or StructuredOutputs()
+    given = [
+        (param, pattern)
+        for param, pattern in (
+            ("structured_outputs.whitespace_pattern", so.whitespace_pattern),
+            ("guided_whitespace_pattern", body.guided_whitespace_pattern),
+        )
+        if pattern is not None
     ]
-    for param, value, instead in unsupported:
-        if value not in (None, False):
-            raise RequestError(f"{param} is not supported here: {instead}", param=param)
+    if len(given) > 1:
+        raise RequestError(
+            "give the whitespace pattern once, as structured_outputs.whitespace_pattern or guided_whitespace_pattern",
+            param=given[1][0],
+        )
+    if not given:
+        return None
+    param = given[0][0]
+    if so.disable_any_whitespace:
+        raise RequestError(
+            f"{param} contradicts structured_outputs.disable_any_whitespace (compact JSON); give one", param=param
+        )
+    if body.budget == "fit":
+        raise RequestError(f"{param} cannot be combined with budget: fit, which plans compact JSON", param=param)
+    return given[0]
 
 
 def check_chat_fields(body: ChatCompletionRequest) -> None:
@@ -120,6 +167,13 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
                     param=f"messages[{i}].content[{j}].type",
                 )
     _check_named_choice(body)
+    whitespace = _whitespace_field(body)
+    if whitespace is not None and body.tools and body.tool_choice != "none":
+        raise RequestError(
+            f"{whitespace[0]} cannot be combined with tools: calls, and a JSON answer beside them, are laid out as "
+            "the tool-call format writes them",
+            param=whitespace[0],
+        )
     for i, tool in enumerate(body.tools or []):
         if isinstance(tool, CustomToolDefinition):
             continue  # when it is called: service/custom_tools.py

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from tokenmold.grammar import CompiledShape
 from tokenmold.schemas.openai import ChoiceVerdict, GenerationRequest, StreamOptions
+from tokenmold.service import answered_calls
 from tokenmold.service.api.deps import reject_unaccepted
 from tokenmold.service.api.errors import unaccepted_response
 from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
@@ -79,9 +80,10 @@ class Generation:
         self.started = time.time()
 
     def check_model(self, name: str) -> None:
-        if name != self.settings.model_name:
+        served = self.settings.model_names
+        if name not in served:
             raise ModelNotFound(
-                f"the model {name!r} is not served here; this server serves {self.settings.model_name!r}",
+                f"the model {name!r} is not served here; this server serves {', '.join(map(repr, served))}",
                 param="model",
             )
 
@@ -121,7 +123,8 @@ class Generation:
                 raise RequestError(f"{name} needs stream: true", param=name)
         self._check_template(plan)
         compiled = await self._compile(request, plan)
-        result = await _unless_disconnected(request, self.runtime.generate(plan.prompt, compiled, plan.sampling))
+        work = answered_calls.generate(self.runtime, plan.prompt, compiled, plan.sampling, plan.options)
+        result = await _unless_disconnected(request, work)
         if result is None:
             return Response(status_code=CLIENT_GONE)  # nobody reads it; the engine request was aborted
         for i, completion in enumerate(result.completions):
@@ -138,7 +141,7 @@ class Generation:
         self._check_template(plan)
         compiled = await self._compile(request, plan)
         deltas = with_partials(
-            self.runtime.stream(plan.prompt, compiled, plan.sampling),
+            answered_calls.stream(self.runtime, plan.prompt, compiled, plan.sampling, plan.options),
             compiled,
             plan.sampling,
             context=lambda: self.runtime.engine.max_model_len,

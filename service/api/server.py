@@ -100,15 +100,18 @@ def build_server(args: argparse.Namespace) -> ServerParts:
             tool_call_format=args.tool_call_format,
             chat_template=args.chat_template,
             repetition_guard=args.repetition_guard,
-            repeated_call_guard=args.repeated_call_guard == "on",
+            repeated_call_guard=args.repeated_call_guard,
             guards=args.guards,
             budget_floor=args.budget_floor,
         )
     )
     if runtime.reasoning is not None and runtime.reasoning.note:
         print(f"tokenmold: note: {runtime.reasoning.note}", file=sys.stderr)
+    # Each name once, in the order given (vLLM's flag takes several; the first names the answers).
+    names = list(dict.fromkeys(args.served_model_name or [Path(runtime.model.path).name]))
     settings = ServerSettings(
-        model_name=args.served_model_name or Path(runtime.model.path).name,
+        model_name=names[0],
+        model_aliases=tuple(names[1:]),
         api_key=args.api_key,
         max_body_bytes=args.max_body_bytes,
         reject_unaccepted=args.reject_unaccepted,

@@ -12,7 +12,12 @@ class ServerSettings:
     Parameters
     ----------
     model_name:
-        The model id this server answers to (``/v1/models``, the ``model`` field of requests).
+        The model id this server answers to (``/v1/models``, the ``model`` field of requests), and
+        the one its answers name.
+    model_aliases:
+        More ids it answers to (``serve --served-model-name NAME ALIAS...``, as vLLM takes several):
+        listed by ``/v1/models`` after ``model_name`` and accepted in a request's ``model``; answers
+        still name ``model_name``, as vLLM's name its first.
     api_key:
         When set, every route except ``/health`` needs ``Authorization: Bearer <api_key>``.
     max_body_bytes:
@@ -30,9 +35,15 @@ class ServerSettings:
     """
 
     model_name: str
+    model_aliases: tuple[str, ...] = ()
     api_key: str | None = None
     max_body_bytes: int = 2_000_000
     reject_unaccepted: bool = False
     batch_dir: Path | None = None
     max_file_bytes: int = 200_000_000
     trust_request_chat_template: bool = False
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        """Every model id served, ``model_name`` first."""
+        return (self.model_name, *self.model_aliases)

@@ -38,6 +38,7 @@ from tokenmold.schemas.openai import (
     GenerationRequest,
     JsonObjectFormat,
     JsonSchemaFormat,
+    StructuralTagFormat,
     StructuredOutputs,
     TextCompletion,
     TokenLogprob,
@@ -48,7 +49,14 @@ from tokenmold.schemas.openai import (
 )
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
-from tokenmold.service.api.fields import check_chat_fields, check_completion_fields, function_tools, shape_fields
+from tokenmold.service.answered_calls import answered_calls
+from tokenmold.service.api.fields import (
+    check_chat_fields,
+    check_completion_fields,
+    function_tools,
+    json_whitespace,
+    shape_fields,
+)
 from tokenmold.service.custom_tools import (
     CalledTool,
     CustomCallStream,
@@ -90,7 +98,13 @@ class Plan:
         """Whether a stream holds back a call while it could still repeat an earlier one: unless
         the request turned the repeated-call guard off (with the server's guard off, a held call
         is sent whole once the output ends)."""
-        return self.sampling.repeated_call_guard is not False
+        return self.sampling.repeated_call_guard != "off"
+
+    @property
+    def answered_calls(self) -> tuple[ParsedCall, ...]:
+        """The conversation's answered calls the guard may refuse (none where the request keeps
+        the guard to the turn, or off): a stream holds a call back while it could be one."""
+        return () if self.sampling.repeated_call_guard in ("turn", "off") else self.prompt.answered_calls
 
 
 def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
@@ -134,6 +148,7 @@ def chat_plan(body: ChatCompletionRequest, model: ModelInfo) -> Plan:
         template_kwargs=template_kwargs,
         template=body.chat_template,
         shorter=shorter,
+        answered_calls=answered_calls(body.messages),
     )
     return Plan(prompt, shape, _chat_sampling(body, model), options, param)
 
@@ -206,12 +221,13 @@ def _output_shape(body: GenerationRequest) -> tuple[Shape | None, CompileOptions
         names = list(given)
         raise RequestError(f"give at most one output shape; got {', '.join(names)}", param=names[1])
     if not given:
-        return None, CompileOptions(**layout), None
+        return None, CompileOptions(**layout, whitespace_pattern=json_whitespace(body, None, None)), None
     name, value = next(iter(given.items()))
     try:
-        return _shape_of(name, value, so, layout)
+        shape, options, param = _shape_of(name, value, so, layout)
     except ShapeError as exc:
         raise ShapeFieldError(str(exc), code=exc.code, param=name) from None
+    return shape, replace(options, whitespace_pattern=json_whitespace(body, shape, name)), param
 
 
 def _shape_of(
@@ -228,6 +244,8 @@ def _shape_of(
     if isinstance(value, JsonObjectFormat):
         return Shape.from_json_schema({"type": "object"}), CompileOptions(**layout), "response_format"
     compact = CompileOptions(max_whitespace=0 if so.disable_any_whitespace else 2, **layout)
+    if isinstance(value, StructuralTagFormat):  # vLLM's own reading: structured_outputs.structural_tag
+        return Shape.from_structural_tag(value.model_dump(exclude_none=True)), compact, "response_format"
     kind = name.rpartition(".")[2].removeprefix("guided_")  # guided_json is structured_outputs.json
     if kind in ("json", "json_object"):
         return Shape.from_json_schema(value), compact, name
@@ -315,7 +333,7 @@ def chat_response(result: GenerationResult, plan: Plan, *, model: str) -> ChatCo
         tool_calls: list[ToolCall | CustomToolCall] | None = None
         finish = c.verdict.finish_reason
         if plan.tool_format is not None:
-            answer = tool_answer(c.verdict, tool_format=plan.tool_format)
+            answer = tool_answer(c.verdict, tool_format=plan.tool_format, answered=plan.answered_calls)
             content, tool_calls, finish = answer.content, list(answer.tool_calls or []) or None, answer.finish_reason
         elif plan.custom_tool is not None:
             custom = custom_answer(c.verdict, plan.custom_tool)
@@ -469,10 +487,12 @@ class ChatStream:
             custom_calls, finish = stream.feed(delta.text, delta.verdict)
             content, tool_calls = None, [*custom_calls]
         elif fmt is not None:
-            parser = self._calls.setdefault(delta.index, fmt.stream(hold_repeats=self.plan.hold_repeats))
+            parser = self._calls.setdefault(
+                delta.index, fmt.stream(hold_repeats=self.plan.hold_repeats, answered=self.plan.answered_calls)
+            )
             piece = parser.feed(delta.text)
             if delta.verdict is not None:
-                answer = tool_answer(delta.verdict, tool_format=fmt)
+                answer = tool_answer(delta.verdict, tool_format=fmt, answered=self.plan.answered_calls)
                 calls = [ParsedCall(c.function.name, c.function.arguments) for c in answer.tool_calls or []]
                 rest = parser.finish(answer.content, calls if answer.tool_calls is not None else None)
                 piece = StreamPiece(piece.content + rest.content, piece.calls + rest.calls)

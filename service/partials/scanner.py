@@ -7,10 +7,10 @@ and never rescans. String contents and scalars are skipped with one regular-expr
 rather than character by character. The deltas are kept as written, and a closed value's text is
 joined from the deltas it spans only, so the cost of a feed does not grow with the answer so far.
 
-Why not a dependency: ``json`` parses whole texts only; the repetition guard's ``open_value``
-rescans the whole text and answers only the open scalar; ``toolformats.base.ValueScanner`` finds
-the end of one value without paths; the budget tracker (``grammar.fit.tracker``) steps byte by
-byte over the normalized schema and reports no closed values. The answer is assumed to be the
+Why not a dependency: ``json`` parses whole texts only; the repetition guard's ``open_values``
+rescans the whole text and answers only the values still open; ``toolformats.base.ValueScanner``
+finds the end of one value without paths; the budget tracker (``grammar.fit.tracker``) steps byte
+by byte over the normalized schema and reports no closed values. The answer is assumed to be the
 JSON the grammar allowed; text that is not JSON leaves the scanner reporting nothing wrong, only
 possibly less (the validation layer judges the whole answer anyway).
 """

@@ -1,4 +1,5 @@
-"""GET /v1/models and /v1/models/{id}: the one model this server serves."""
+"""GET /v1/models and /v1/models/{id}: the one model this server serves, under each of its names
+(``ServerSettings.model_names``; vLLM lists one card per served name too)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ from tokenmold.service.api.generation import Generation
 router = APIRouter()
 
 
-def _card(generation: Generation) -> ModelCard:
+def _card(generation: Generation, name: str) -> ModelCard:
     return ModelCard(
-        id=generation.settings.model_name,
+        id=name,
         created=int(generation.started),
         max_model_len=generation.runtime.engine.max_model_len,
         dtype=generation.runtime.engine.dtype,
@@ -23,10 +24,10 @@ def _card(generation: Generation) -> ModelCard:
 
 @router.get("/v1/models")
 async def list_models(generation: Generation = Depends(get_generation)) -> ModelList:
-    return ModelList(data=[_card(generation)])
+    return ModelList(data=[_card(generation, name) for name in generation.settings.model_names])
 
 
 @router.get("/v1/models/{model_id:path}", responses={404: ERROR_RESPONSES[404]})
 async def get_model(model_id: str, generation: Generation = Depends(get_generation)) -> ModelCard:
     generation.check_model(model_id)
-    return _card(generation)
+    return _card(generation, model_id)
