@@ -1,12 +1,12 @@
-"""``tokenmold serve`` and ``tokenmold ray serve`` started as an unprivileged user whose HOME is
-of a usual length, through the openai SDK.
+"""``tokenmold serve`` started as an unprivileged user whose HOME is of a usual length, through
+the openai SDK.
 
 Where the suite runs as root (as CI does), nothing else in it would notice a path only root can
 write, or a unix socket path that grows with HOME (Ray's session folder under a long HOME passed
-the 107-byte limit once): here both commands run as ``nobody`` with a fresh HOME of 18 characters,
+the 107-byte limit once): here the server runs as ``nobody`` with a fresh HOME of 18 characters,
 TOKENMOLD_HOME left at its default under it, and must start, answer a constrained request, keep
-their sockets in a private folder of their own under the system's temporary folder, and remove
-that folder when they stop.
+its sockets in a private folder of its own under the system's temporary folder, and remove that
+folder when it stops.
 """
 
 from __future__ import annotations
@@ -102,16 +102,14 @@ def _make_home(home: Path) -> None:
 
 
 def early(work: EarlyWork) -> None:
-    """The user's HOME, then the two servers, beside the main queue once the fleet module is done
-    (``early.py``): one Ray cluster at a time."""
+    """The user's HOME, then the server, beside the main queue once the fleet module is done
+    (``early.py``)."""
     if _skip_reason() is not None:
         return
     home = _home_path()
     work.call("any-user-home", lambda: _make_home(home), beside=True)
     cli = (str(home / "venv" / "bin" / "python"), "-m", "tokenmold.service.cli")
     work.server("any-user-serve", *SMALL, command=_as_nobody(home, *cli, "serve"), beside=True)
-    fleet = _as_nobody(home, *cli, "ray", "serve")
-    work.server("any-user-fleet", "--replicas", "1", "--cpus-per-replica", "0", *SMALL, command=fleet, beside=True)
 
 
 @pytest.fixture(scope="module")
@@ -168,9 +166,4 @@ def _check_as_a_user(live: LiveServer, home: Path) -> None:
 
 def test_serve_as_an_unprivileged_user(early_work: EarlyWork, home: Path) -> None:
     with early_work.take_server("any-user-serve") as live:
-        _check_as_a_user(live, home)
-
-
-def test_ray_serve_as_an_unprivileged_user(early_work: EarlyWork, home: Path) -> None:
-    with early_work.take_server("any-user-fleet") as live:
         _check_as_a_user(live, home)
