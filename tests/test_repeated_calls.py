@@ -113,11 +113,7 @@ def test_the_guard_keeps_only_the_way_out_once_a_call_repeats(name) -> None:
     arguments_end = again.rindex("}" + fmt.syntax.call_end) + 1  # the repeat, up to its arguments
     guard.feed(list(again[:arguments_end].encode()))
     assert guard.repeated
-    for expected in [*(fmt.syntax.call_end + fmt.syntax.section_end).encode(), toy.EOS]:
-        row = everything.copy()
-        guard.restrict(row)
-        assert allowed_tokens(row, 320).tolist() == [expected]
-        guard.feed([expected])
+    _only_the_turns_end_is_allowed(guard, fmt, everything, toy.EOS)
 
 
 def _judge(text: str, shape, *, finish: str = "stop", guard: bool = True, answered: tuple[ParsedCall, ...] = ()):
@@ -294,11 +290,7 @@ def test_the_guard_ends_an_output_at_an_answered_call_written_anew(name) -> None
         assert np.array_equal(row, everything)  # still open: nothing held
     guard.feed([ord("}")])
     assert guard.repeated
-    for expected in [*(fmt.syntax.call_end + fmt.syntax.section_end).encode(), toy.EOS]:
-        row = everything.copy()
-        guard.restrict(row)
-        assert allowed_tokens(row, 320).tolist() == [expected]
-        guard.feed([expected])
+    _only_the_turns_end_is_allowed(guard, fmt, everything, toy.EOS)
     other = RepeatedCallGuard(fmt, toy.decode, toy.spell, (toy.EOS,), ANSWERED)
     other.feed(list(fmt.render_calls([ROME]).encode()))
     assert not other.repeated
@@ -428,3 +420,12 @@ def test_a_stream_sends_only_the_second_decode(compiler, agent_shape) -> None:
     runtime = _Runtime(compiler, [HERMES.render_calls([ROME])])
     deltas = asyncio.run(collect())
     assert "".join(d.text for d in deltas) == HERMES.render_calls([ROME]) and len(runtime.shapes) == 1
+
+
+def _only_the_turns_end_is_allowed(guard: RepeatedCallGuard, fmt, everything, eos: int) -> None:
+    """After a refused call's arguments close: the call's end, the section's end, then EOS, one token at a time."""
+    for expected in [*(fmt.syntax.call_end + fmt.syntax.section_end).encode(), eos]:
+        row = everything.copy()
+        guard.restrict(row)
+        assert allowed_tokens(row, 320).tolist() == [expected]
+        guard.feed([expected])
