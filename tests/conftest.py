@@ -110,9 +110,11 @@ _EARLY = pytest.StashKey[EarlyWork]()
 _LAST_SHARED = pytest.StashKey[str]()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Modules in the order of ``_engine_group`` (each kept whole, so that its fixtures are set up
-    once), and the engine work they check begun now, in that order (``early.py``)."""
+    once), and the engine work they check begun now, in that order (``early.py``). Last of the
+    hooks, so that it sees what ``-m`` and ``-k`` left: ``-m "not engine"`` starts no server."""
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
