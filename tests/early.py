@@ -64,7 +64,8 @@ class EarlyWork:
         if name in self._declared:  # two modules that share one server both declare it
             return
         self._declared.add(name)
-        live = LiveServer(*flags, log=self.folder(name) / "serve.log", command=command)
+        # Up to four engines and Ray start at once on two cores: a start has taken over 300 s.
+        live = LiveServer(*flags, log=self.folder(name) / "serve.log", command=command, startup_timeout_s=600)
 
         def submit() -> None:
             self._servers[name] = (self._beside if beside else self._pool).submit(lambda: live.launch().ready())

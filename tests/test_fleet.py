@@ -56,9 +56,6 @@ def early(work: EarlyWork) -> None:
     stores = ("--batch-dir", str(folder / "batch"), "--grammar-cache-dir", str(folder / "grammars"))
     work.server("fleet", *FLEET_FLAGS, *stores, command=COMMAND, beside=True)
     work.hold_beside_until_released("fleet")
-    # The main queue's servers start once the fleet is up: started beside its two engines and Ray,
-    # each start took minutes on two cores, and the fleet's tests wait for the fleet alone.
-    work.call("fleet-up", lambda: work.lend_server("fleet"))
 
 
 @pytest.fixture(scope="module")
