@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tokenmold.grammar.store import DEFAULT_CAPACITY_BYTES
 from tokenmold.service.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
 from tokenmold.service.engine_args import check_names, refused
+from tokenmold.service.engine_process import worker_in_engine_core
 from tokenmold.service.environment import configure_environment, set_kv_cache_space
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
@@ -175,11 +176,25 @@ class Engine:
         from tokenmold.service.vllm_plugin import register
 
         register()
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
+        from vllm.v1.executor import Executor
 
         started = time.monotonic()
         self.model_path = model.path
-        self.llm = AsyncLLM.from_engine_args(vllm_engine_args(config, self.model_path))
+        # As ``AsyncLLM.from_engine_args``, with the worker inside the engine core where one would
+        # stand beside it (``service/engine_process.py``).
+        engine_args = vllm_engine_args(config, self.model_path)
+        vllm_config = engine_args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+        with worker_in_engine_core(
+            vllm_config, executor_given=bool(config.engine_args.get("distributed_executor_backend"))
+        ):
+            self.llm = AsyncLLM(
+                vllm_config=vllm_config,
+                executor_class=Executor.get_class(vllm_config),
+                log_requests=engine_args.enable_log_requests,
+                log_stats=not engine_args.disable_log_stats,
+            )
         self.config = config
         self.tokenizer = model.tokenizer
         self.max_model_len: int = self.llm.model_config.max_model_len

@@ -148,6 +148,9 @@ def _check_as_a_user(live: LiveServer, home: Path) -> None:
     if answer.choices[0].finish_reason == "stop":
         jsonschema.validate(json.loads(answer.choices[0].message.content or ""), SCHEMA)
     assert {proc.uids().real for proc in live.processes()} == {NOBODY}
+    # One engine process beside the API's: the model runs in vLLM's engine core, no worker apart.
+    titles = [" ".join(proc.cmdline()) for proc in live.processes()]
+    assert [title for title in titles if title.startswith("VLLM::")] == ["VLLM::EngineCore"], titles
     folders = _socket_dirs(live)
     assert len(folders) == 1, folders
     folder = Path(folders.pop())

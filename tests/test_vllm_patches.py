@@ -305,3 +305,35 @@ def test_a_changed_signature_names_the_patch_in_one_line() -> None:
     missing = Patch("gone", "test", (Assumption("vllm.v1.structured_output.utils:no_such_function"),), lambda: None)
     with pytest.raises(VllmPatchMismatch, match="no_such_function is missing"):
         vllm_plugin.check((missing,))
+
+
+def test_a_cpu_engine_core_holds_its_worker_with_the_omp_environment_vllm_gives_it(
+    model_path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``service/engine_process.py``: vLLM's CPU platform still turns the single-process executor
+    into the multi-process one (the reason it exists); around the engine core's start, the executor
+    is the single-process one and the environment holds the OpenMP settings vLLM gives a worker."""
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.v1.executor import Executor, UniProcExecutor
+
+    from tokenmold.service.engine import EngineConfig, vllm_engine_args
+    from tokenmold.service.engine_process import worker_can_share_the_engine_core, worker_in_engine_core
+
+    monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
+    binding = ("GOMP_CPU_AFFINITY", "OMP_PLACES", "KMP_AFFINITY")  # GNU's, generic or Intel's OpenMP
+    for name in ("OMP_NUM_THREADS", *binding):
+        monkeypatch.delenv(name, raising=False)
+    config = vllm_engine_args(EngineConfig(max_model_len=512), model_path).create_engine_config(
+        UsageContext.ENGINE_CONTEXT
+    )
+    assert config.parallel_config.distributed_executor_backend == "mp"
+    assert worker_can_share_the_engine_core(config)
+    assert not worker_can_share_the_engine_core(config, executor_given=True)  # the user's choice stands
+    with worker_in_engine_core(config):
+        assert Executor.get_class(config) is UniProcExecutor
+        assert os.environ["OMP_NUM_THREADS"] == "1"
+        assert [os.environ[name] for name in binding if name in os.environ] in (["0"], ["{0}"]) or (
+            "proclist=[0]" in os.environ.get("KMP_AFFINITY", "")
+        )
+    assert not {"OMP_NUM_THREADS", *binding} & set(os.environ)
+    assert not worker_can_share_the_engine_core(config)  # already one process: nothing left to do
