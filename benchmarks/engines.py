@@ -35,22 +35,30 @@ _LOG_PREFIX = re.compile(r"^\[[^\]]*\] \S+?:\d+: ")
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"|`[^`]*`")
 _NUMBER = re.compile(r"\d+")
 #: What every engine compiles and walks once before the corpus (a mask filled before each token of
-#: ``_WARM_UP_TEXT``): one-offs per process are not charged to the first schema that needs them.
-#: For tokenmold those are the bound guard's and the pattern guard's per-vocabulary tables and the
-#: rows of the formats the pattern guard holds (``TokenmoldEngine.warm_up``), which ``tokenmold
-#: serve``'s own warm-up request builds too (``service/warm_up.py``); for the raw engines, their
-#: vocabulary tables. (No ``hostname``: outlines refuses it.)
-_WARM_UP_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "a": {"type": "string", "maxLength": 8},
-        "b": {"type": "string", "pattern": "^[a-z]{2}$"},
-        "c": {"type": "string", "format": "uri"},
-        "d": {"type": "string", "format": "email"},
+#: the text): one-offs per process are not charged to the first schema that needs them. For the raw
+#: engines those are their vocabulary tables, which any schema builds: a bounded string's is enough
+#: (each later schema builds its own regexes; outlines indexes the formats below far slower than
+#: the files of a small run).
+_VOCABULARY_WARM_UP = (
+    {"type": "object", "properties": {"a": {"type": "string", "maxLength": 8}}, "required": ["a"]},
+    '{"a":"x"}',
+)
+#: For tokenmold, also the bound guard's and the pattern guard's per-vocabulary tables and the rows
+#: of the formats the pattern guard holds (``TokenmoldEngine.warm_up``), which ``tokenmold serve``'s
+#: own warm-up request builds too (``service/warm_up.py``).
+_GUARDS_WARM_UP = (
+    {
+        "type": "object",
+        "properties": {
+            "a": {"type": "string", "maxLength": 8},
+            "b": {"type": "string", "pattern": "^[a-z]{2}$"},
+            "c": {"type": "string", "format": "uri"},
+            "d": {"type": "string", "format": "email"},
+        },
+        "required": ["a"],
     },
-    "required": ["a"],
-}
-_WARM_UP_TEXT = '{"a":"x","b":"ab","c":"https://example.com","d":"a@example.com"}'
+    '{"a":"x","b":"ab","c":"https://example.com","d":"a@example.com"}',
+)
 
 
 def default_tokenizer_dir() -> str:
@@ -88,9 +96,13 @@ class BenchEngine(ABC):
     def compile(self, schema: dict[str, Any] | bool) -> CompiledGrammar:
         """Compile ``schema``; any exception is a compile error, categorized by ``error_category``."""
 
+    #: The schema and text of ``warm_up``.
+    warm_up_with: ClassVar[tuple[dict[str, Any], str]] = _VOCABULARY_WARM_UP
+
     def warm_up(self) -> None:
-        matcher, bitmask = self.compile(_WARM_UP_SCHEMA).matcher(), new_bitmask(self.vocab)
-        for token in self.vocab.encode(_WARM_UP_TEXT):
+        schema, text = self.warm_up_with
+        matcher, bitmask = self.compile(schema).matcher(), new_bitmask(self.vocab)
+        for token in self.vocab.encode(text):
             matcher.fill_next_token_bitmask(bitmask)
             if not matcher.accept_token(token):
                 break  # an engine that spells the text otherwise: warm enough
@@ -124,6 +136,7 @@ class TokenmoldEngine(BenchEngine):
     name = "tokenmold"
     #: Whether the guards run beside llguidance's mask (``tokenmold.grammar.guards``).
     guards = True
+    warm_up_with = _GUARDS_WARM_UP
 
     def __init__(self, vocab: Vocabulary) -> None:
         super().__init__(vocab)
