@@ -15,6 +15,7 @@ from pathlib import Path
 
 import openai
 import pytest
+from any_user import remove_home
 from early import Declare, EarlyWork
 from live_api import KEY, server_args
 
@@ -105,6 +106,14 @@ def _settles(module_items: list[pytest.Item]) -> bool:
     return bool(getattr(getattr(module_items[0], "module", None), "SETTLES", False))
 
 
+def _spreads(module_items: list[pytest.Item]) -> bool:
+    """A module without an engine whose tests run several processes at once (``SPREADS``: a
+    benchmark's engines side by side) runs after the others without an engine: while the early
+    work starts servers both cores are busy anyway, and once it has ended, pytest's own process
+    alone would leave one of them idle."""
+    return bool(getattr(getattr(module_items[0], "module", None), "SPREADS", False))
+
+
 _EARLY = pytest.StashKey[EarlyWork]()
 #: The module that uses the shared server last: the server stops when it ends.
 _LAST_SHARED = pytest.StashKey[str]()
@@ -118,7 +127,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(by_module.items(), key=lambda module: (_engine_group(module[1]), _settles(module[1])))
+    ordered = sorted(
+        by_module.items(),
+        key=lambda module: (_engine_group(module[1]), _spreads(module[1]), _settles(module[1])),
+    )
     items[:] = [item for _, module_items in ordered for item in module_items]
     if config.option.collectonly:
         return
@@ -141,6 +153,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     work = session.config.stash.get(_EARLY, None)
     if work is not None:
         work.close()
+    remove_home()
 
 
 @pytest.fixture(scope="session")

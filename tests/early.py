@@ -55,20 +55,32 @@ class EarlyWork:
         return path
 
     def server(
-        self, name: str, *flags: str, last: bool = False, beside: bool = False, command: Sequence[str] | None = None
+        self,
+        name: str,
+        *flags: str,
+        last: bool = False,
+        beside: bool = False,
+        command: Sequence[str] | None = None,
+        after: str | None = None,
     ) -> None:
         """Start ``tokenmold serve FLAGS`` (or ``command FLAGS``) and wait until it is healthy, before
         the next work begins; ``last``: after all the work not so marked (a server that stands idle
         until its module runs holds an engine's memory all that while); ``beside``: at once, beside
-        the queue, for the module that runs first (the queue's first server would wait for it)."""
+        the queue, for the module that runs first (the queue's first server would wait for it);
+        ``after``: once the work of that name (in either queue) has ended, and not if it failed."""
         if name in self._declared:  # two modules that share one server both declare it
             return
         self._declared.add(name)
         # Up to four engines and Ray start at once on two cores: a start has taken over 300 s.
         live = LiveServer(*flags, log=self.folder(name) / "serve.log", command=command, startup_timeout_s=600)
 
+        def start() -> LiveServer:
+            if after is not None:
+                self._results[after].result()
+            return live.launch().ready()
+
         def submit() -> None:
-            self._servers[name] = (self._beside if beside else self._pool).submit(lambda: live.launch().ready())
+            self._servers[name] = (self._beside if beside else self._pool).submit(start)
 
         if last:
             self._last.append(submit)
@@ -96,6 +108,10 @@ class EarlyWork:
     def release(self, name: str) -> None:
         """Let the work held for ``name`` begin."""
         self._released.setdefault(name, threading.Event()).set()
+
+    def declared(self, name: str) -> bool:
+        """Whether a server or a piece of work of that name was declared already."""
+        return name in self._declared or name in self._results
 
     def call(self, name: str, work: Callable[[], Any], beside: bool = False) -> None:
         """Call ``work`` (processes a test drives itself: started, killed, restarted), its result or

@@ -24,6 +24,10 @@ from benchmarks.rows import run_rows
 from benchmarks.tokenizers import run_tokenizers
 from benchmarks.walk import run_walk
 
+#: Its benchmark runs start engines side by side (``--jobs 2``): after the other modules without an
+#: engine, when the early work no longer keeps the cores busy (``conftest._spreads``).
+SPREADS = True
+
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbench"
 FILES = ["Github_trivial---o50969.json", "Github_easy---o90887.json", "BFCL_simple_1.json"]
 #: The handwritten files of the shared run (each its own source in the report's ``by_source``).

@@ -22,6 +22,7 @@ import httpx
 import openai
 import psutil
 import pytest
+from any_user import check_runs_as_nobody, serve_as_the_user, socket_folders, suite_user, why_not_nobody
 from early import EarlyWork
 from live_api import FAULTS_SERVER, REASONING_SERVER, prefix_cache_use, slow_regex
 
@@ -38,8 +39,9 @@ SETTLES = True
 def early(work: EarlyWork) -> None:
     """The module's servers, started while the tests without an engine run (``early.py``). The
     engine-death test kills the reasoning server's engine, once ``test_reasoning_e2e.py`` (which
-    runs earlier) is done with it: one engine start fewer."""
-    work.server("faults", *FAULTS_SERVER)
+    runs earlier) is done with it: one engine start fewer. The faults' server runs as the suite's
+    unprivileged user (``any_user.py``)."""
+    serve_as_the_user(work, "faults", *FAULTS_SERVER)
     work.server("reasoning", *REASONING_SERVER)
 
 
@@ -49,8 +51,20 @@ def server(early_work: EarlyWork) -> Iterator[LiveServer]:
     engine's death, within a few health checks) depends on the cores being free."""
     early_work.settle()
     with early_work.take_server("faults") as live:
+        folders = socket_folders(live)
         yield live
     assert not live.left_processes_behind
+    assert not [folder for folder in folders if folder.exists()], "the socket folder outlived the server"
+
+
+def test_the_server_runs_as_an_unprivileged_user(server: LiveServer) -> None:
+    """Where the suite runs as root: ``tokenmold serve`` started as ``nobody`` under a fresh HOME of
+    a usual length, its sockets in a private folder of its own under the temporary folder (which
+    the fixture checks is gone once the server stops)."""
+    user = suite_user()
+    if not user.is_nobody:
+        pytest.skip(why_not_nobody() or "")
+    check_runs_as_nobody(server, user)
 
 
 def _metrics(server: LiveServer) -> dict[str, float]:
@@ -214,6 +228,9 @@ def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(early_work: E
     with early_work.take_server("reasoning") as live:
         in_flight = _in_background(lambda: _chat(live, {"ignore_eos": True}, max_tokens=900, timeout_s=60))
         _wait_for(lambda: _metrics(live)["tokenmold_engine_requests_running"] == 1)
+        # The model runs inside the engine core (no worker process of its own): killing it kills both.
+        titles = [" ".join(proc.cmdline()).strip() for proc in live.processes()]
+        assert [title for title in titles if title.startswith("VLLM::")] == ["VLLM::EngineCore"], titles
         _engine_core(live).kill()
         health: list[int | str] = []
         while live.wait_exit(0.05) is None and len(health) < 200:

@@ -1,11 +1,12 @@
 """``tokenmold ray serve --replicas 2`` on a local Ray cluster (CPU), through the openai SDK, and
 ``tokenmold ray batch`` over its replicas; then one replica killed under load and mid-batch.
 
-One fleet serves the module (two engines start in parallel; Ray restarts the killed one as the
-last test watches): both replicas answer and a shape stays on one, files and batches answered by
-whichever replica the router picks, and the kill, with the interactive requests failing cleanly
-(a 503 with a JSON body, or retried), the batch writing every line exactly once, and Ray bringing
-the replica back.
+One fleet serves the module, run as the suite's unprivileged user (``any_user.py``: ``nobody``
+where the suite runs as root), with ``ray batch`` run by the same user (two engines start in
+parallel; Ray restarts the killed one as the last test watches): both replicas answer and a shape
+stays on one, files and batches answered by whichever replica the router picks, and the kill, with
+the interactive requests failing cleanly (a 503 with a JSON body, or retried), the batch writing
+every line exactly once, and Ray bringing the replica back.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,6 +27,7 @@ import jsonschema
 import openai
 import psutil
 import pytest
+from any_user import HOME_WORK, check_runs_as_nobody, declare_home, socket_folders, suite_user, why_not_nobody
 from early import EarlyWork
 from live_api import MODEL
 
@@ -40,7 +41,6 @@ pytestmark = pytest.mark.engine
 #: other servers stand (``conftest._engine_group``).
 RUNS_FIRST = True
 
-COMMAND = (sys.executable, "-m", "tokenmold.service.cli", "ray", "serve")
 #: Each replica reserves no Ray CPU (the two engines and the batch's callers share the suite's two
 #: cores) and keeps one compile worker (a replica's memory is what bounds the suite here).
 FLEET_FLAGS = (
@@ -51,16 +51,21 @@ REPLICA_PROCESS = "ServeReplica:tokenmold:EngineReplica"
 
 
 def early(work: EarlyWork) -> None:
-    """The fleet starts while the tests without an engine run (``early.py``)."""
-    folder = work.folder("fleet")
+    """The fleet starts while the tests without an engine run (``early.py``), as the suite's
+    unprivileged user (``any_user.py``), its stores in that user's HOME."""
+    user = suite_user()
+    declare_home(work, user)
+    folder = user.home / "fleet" if user.home is not None else work.folder("fleet")
     stores = ("--batch-dir", str(folder / "batch"), "--grammar-cache-dir", str(folder / "grammars"))
-    work.server("fleet", *FLEET_FLAGS, *stores, command=COMMAND, beside=True)
+    after = HOME_WORK if user.is_nobody else None
+    work.server("fleet", *FLEET_FLAGS, *stores, command=user.cli("ray", "serve"), beside=True, after=after)
     work.hold_beside_until_released("fleet")
 
 
 @pytest.fixture(scope="module")
 def fleet(early_work: EarlyWork) -> Iterator[LiveServer]:
-    """The fleet; once stopped, the runs held for it begin (``early.py``)."""
+    """The fleet; once stopped (every process gone, its socket folder removed), the runs held for
+    it begin (``early.py``)."""
     try:
         live = early_work.take_server("fleet")
         try:
@@ -68,12 +73,13 @@ def fleet(early_work: EarlyWork) -> Iterator[LiveServer]:
         finally:
             # Ray's workers (replicas, engines) leave the command's process group: those still up
             # once it stopped are killed, so that no engine outlives the module.
-            started = live.processes()
+            started, folders = live.processes(), socket_folders(live)
             live.__exit__(None, None, None)
             _, alive = psutil.wait_procs(started, timeout=30)
             for proc in alive:
                 proc.kill()
             assert not alive, f"processes left behind: {[proc.pid for proc in alive]}"
+            assert not [folder for folder in folders if folder.exists()], "the socket folder outlived the fleet"
     finally:
         early_work.release("fleet")
 
@@ -115,6 +121,15 @@ def test_both_replicas_answer_and_each_shape_stays_on_one(client: openai.OpenAI)
                 jsonschema.validate(json.loads(answer.choices[0].message.content or ""), _schema(number))
     assert sum(len(replicas) == 1 for replicas in replicas_of.values()) >= 7, replicas_of
     assert len(set().union(*replicas_of.values())) == 2, "both replicas serve"
+
+
+def test_the_fleet_runs_as_an_unprivileged_user(fleet: LiveServer) -> None:
+    """Where the suite runs as root: Ray, the replicas and their engines are ``nobody``'s, and their
+    sockets (Ray's session folder included) sit in one private folder under the temporary folder."""
+    user = suite_user()
+    if not user.is_nobody:
+        pytest.skip(why_not_nobody() or "")
+    check_runs_as_nobody(fleet, user)
 
 
 def test_files_and_batches_are_shared_by_the_replicas(client: openai.OpenAI, tmp_path: Path) -> None:
@@ -173,9 +188,12 @@ def _batch_lines(path: Path, count: int) -> None:
 
 
 def _ray_batch(fleet: LiveServer, source: Path, target: Path) -> subprocess.Popen[str]:
+    """``tokenmold ray batch`` over the fleet's replicas, run by the fleet's user (the cluster's
+    token is in that user's HOME)."""
     address = re.search(r"Ray cluster at (\S+)", fleet.log.read_text()).group(1)  # type: ignore[union-attr]
-    command = [sys.executable, "-m", "tokenmold.service.cli", "ray", "batch", "--address", address]
-    command += ["--replicas", "2", "-i", str(source), "-o", str(target)]
+    command = suite_user().cli(
+        "ray", "batch", "--address", address, "--replicas", "2", "-i", str(source), "-o", str(target)
+    )
     # The local cluster has token authentication on (Ray's default): joined by address, as Ray asks.
     environment = {**os.environ, "RAY_AUTH_MODE": "token"}
     return subprocess.Popen(
@@ -217,7 +235,8 @@ def test_a_replica_killed_under_load_and_mid_batch(fleet: LiveServer, client: op
     """SIGKILL one replica while interactive requests and a 200-line ``ray batch`` run: each
     interactive request gets a 200 (retried on the live replica) or a clean 503; the batch (rerun
     if it stopped) writes every line exactly once; Ray starts a new replica, which then serves."""
-    source, target = tmp_path / "docs.jsonl", tmp_path / "out.jsonl"
+    folder = suite_user().folder("kill-batch", tmp_path)
+    source, target = folder / "docs.jsonl", folder / "out.jsonl"
     _batch_lines(source, 200)
     before = {_ask(client, number, 0)[0] for number in range(8)}
     load = _Load(fleet.url)

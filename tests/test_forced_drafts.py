@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import openai
 import pytest
+from any_user import serve_as_the_user
 from early import EarlyWork
 from live_api import FAULTS_SERVER, MODEL
 
@@ -112,8 +113,8 @@ def test_drafts_per_row_and_none_for_a_chunked_prefill_or_a_grammar_free_request
 
 def early(work: EarlyWork) -> None:
     """The faults' server, which drafts, started while the tests without an engine run
-    (``early.py``); ``test_faults.py`` declares the same one."""
-    work.server("faults", *FAULTS_SERVER)
+    (``early.py``) as the suite's unprivileged user; ``test_faults.py`` declares the same one."""
+    serve_as_the_user(work, "faults", *FAULTS_SERVER)
 
 
 @pytest.fixture(scope="module")
