@@ -173,5 +173,13 @@ class EarlyWork:
         return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
 
 
+def why_it_failed(stderr: str, tail: int = 2000) -> str:
+    """A failed run's stderr for an assertion message: its first lines that name an error (an engine
+    that failed to start says why long before the last lines, which are the traceback of the
+    command's own process), then its last ``tail`` characters."""
+    named = [line for line in stderr.splitlines() if "Error" in line or "ERROR" in line][:8]
+    return "\n".join([*named, "...", stderr[-tail:]])
+
+
 #: What a module's ``early`` function is.
 Declare = Callable[[EarlyWork], None]

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from early import EarlyWork
+from early import EarlyWork, why_it_failed
 
 from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
 
@@ -61,7 +61,7 @@ def early(work: EarlyWork) -> None:
 @pytest.mark.engine
 def test_generate_truncated_exits_3(early_work: EarlyWork) -> None:
     proc = early_work.result("generate-truncated")
-    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert proc.returncode == 3, why_it_failed(proc.stderr)
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "truncated" and verdict["finish_reason"] == "length"
     assert verdict["value"] is None and verdict["usage"]["completion_tokens"] == 9
@@ -73,7 +73,7 @@ def test_generate_truncated_exits_3(early_work: EarlyWork) -> None:
 @pytest.mark.engine
 def test_generate_with_fit_budget_exits_5_with_what_was_cut(early_work: EarlyWork) -> None:
     proc = early_work.result("generate-fitted")
-    assert proc.returncode == 5, proc.stderr[-2000:]
+    assert proc.returncode == 5, why_it_failed(proc.stderr)
     verdict = json.loads(proc.stdout)  # the engine's logs, asked for, stay off stdout
     assert verdict["status"] == "fitted" and verdict["finish_reason"] == "stop"
     assert isinstance(verdict["value"]["story"], str) and verdict["cut"] == ["/story"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from early import EarlyWork
+from early import EarlyWork, why_it_failed
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
 from tokenmold.grammar.guards.held_keywords import strip_bounds
@@ -97,7 +97,7 @@ def early(work: EarlyWork) -> None:
 def test_generate_without_guards_stays_inside_the_schema(early_work: EarlyWork) -> None:
     """Through the engine core: llguidance alone holds the bounds the guards would have held."""
     proc = early_work.result("generate-without-guards")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode == 0, why_it_failed(proc.stderr)
     verdict = json.loads(proc.stdout)
     assert verdict["status"] == "accepted"
     assert len(verdict["value"]["code"]) <= 4 and len(verdict["value"]["tags"]) <= 2
