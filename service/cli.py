@@ -11,7 +11,8 @@
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
     tokenmold bench e2e|load|tools|budget|drafts ...
-    tokenmold bench masks|walk|repetition|apply|chain|rows|bfcl|grammar_store ...   (developer benchmarks)
+    tokenmold bench masks|walk|fit|repetition|apply|chain|rows|tokenizers|bfcl|partials|grammar_store|fleet ...
+                                                              (developer benchmarks, from a checkout)
 
 ``generate`` prints the Verdict as JSON on stdout. Exit codes: 0 accepted, 3 truncated, 4 invalid,
 5 fitted (``--fit-budget``: valid, but the budget shortened it), 2 bad input (one precise line on
@@ -499,56 +500,34 @@ def _serve(args: argparse.Namespace) -> int:
         raise BadInput(_one_line(exc)) from None
 
 
-#: What a user runs against a deployment. The grammar-engine benchmarks (``_CHECKOUT_BENCHES``) are
-#: not installed: they read the repository's ``benchmarks/`` folder next to the package.
-_BENCHES: dict[str, str] = {
-    "e2e": "tokenmold.service.bench.e2e:run_e2e",
-    "load": "tokenmold.service.bench.load:run_load",
-    "tools": "tokenmold.service.bench.tools:run_tools",
-    "budget": "tokenmold.service.bench.budget:run_budget",
-    "drafts": "tokenmold.service.bench.drafts:run_drafts",
-}
-
-
-#: MaskBench (``masks``), the soundness walks, the mask-path measurements, BFCL's tool calls against
-#: vLLM's own server (``bfcl``) and a restart on the grammar store (``grammar_store``): the same
-#: commands as ``python -m benchmarks NAME`` from the repository root.
-_CHECKOUT_BENCHES = (
-    "masks", "walk", "repetition", "apply", "chain", "rows", "tokenizers", "bfcl", "grammar_store", "fleet",
-)  # fmt: skip
-
-
 def _bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in (*_BENCHES, *_CHECKOUT_BENCHES):
+    from tokenmold.service.bench.catalog import BENCHMARKS, from_a_checkout, runner
+
+    if not argv or argv[0] not in BENCHMARKS:
         print(
-            f"usage: tokenmold bench {{{'|'.join((*_BENCHES, *_CHECKOUT_BENCHES))}}} ... "
-            "(--help after the name; see docs/benchmarks.md)",
+            f"usage: tokenmold bench {{{'|'.join(BENCHMARKS)}}} ... (--help after the name; see docs/benchmarks.md)",
             file=sys.stderr,
         )
         return EXIT_BAD_INPUT
-    if argv[0] in _CHECKOUT_BENCHES:
-        return _checkout_bench(argv)
-    module_name, _, func = _BENCHES[argv[0]].partition(":")
-    runner: Callable[[list[str]], int] = getattr(importlib.import_module(module_name), func)
-    return runner(argv[1:])
+    if from_a_checkout(argv[0]):
+        _join_the_checkout(argv[0])
+    return runner(argv[0])(argv[1:])
 
 
-def _checkout_bench(argv: list[str]) -> int:
-    """A grammar-engine benchmark from the checkout this package is installed from (``pip install
-    -e .``, as the README's setup does): its ``benchmarks/`` folder joins the import path, which the
-    benchmark's spawned workers inherit."""
+def _join_the_checkout(name: str) -> None:
+    """A grammar-engine benchmark runs from the checkout this package is installed from (``pip
+    install -e .``, as the README's setup does): its ``benchmarks/`` folder joins the import path,
+    which the benchmark's spawned workers inherit."""
     import tokenmold
 
     root = Path(tokenmold.__file__).resolve().parent.parent
     if not (root / "benchmarks" / "__main__.py").is_file():
         raise BadInput(
-            f"tokenmold bench {argv[0]} runs from a checkout of tokenmold (its benchmarks/ folder is not "
+            f"tokenmold bench {name} runs from a checkout of tokenmold (its benchmarks/ folder is not "
             f"installed; none next to {root / 'tokenmold'})"
         )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
-    commands: dict[str, Callable[[list[str]], int]] = importlib.import_module("benchmarks.__main__").COMMANDS
-    return commands[argv[0]](argv[1:])
 
 
 def _one_line(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from benchmarks.__main__ import COMMANDS
 from benchmarks.apply import run_apply
 from benchmarks.chain import run_chain
 from benchmarks.corpus import sample, source_of
@@ -23,6 +24,7 @@ from benchmarks.masks import run_masks
 from benchmarks.rows import run_rows
 from benchmarks.tokenizers import run_tokenizers
 from benchmarks.walk import run_walk
+from tokenmold.service.bench.catalog import BENCHMARKS
 
 #: Its benchmark runs start engines side by side (``--jobs 2``): after the other modules without an
 #: engine, when the early work no longer keeps the cores busy (``conftest._spreads``).
@@ -203,7 +205,22 @@ def test_bench_without_a_benchmark_names_them(tmp_path):
     usage = subprocess.run(
         [sys.executable, "-m", "tokenmold.service.cli", "bench"], cwd=tmp_path, capture_output=True, text=True
     )
-    assert usage.returncode == 2 and "masks|walk|repetition|apply|chain|rows" in usage.stderr
+    assert usage.returncode == 2 and "|".join(BENCHMARKS) in usage.stderr
+
+
+@pytest.mark.parametrize("name", ["fit", "partials"])
+def test_every_checkout_benchmark_runs_as_tokenmold_bench(name, tmp_path):
+    """``tokenmold bench NAME`` runs every benchmark of ``python -m benchmarks`` (one table, the
+    catalog), from a folder that is not the checkout."""
+    assert name in COMMANDS
+    shown = subprocess.run(
+        [sys.executable, "-m", "tokenmold.service.cli", "bench", name, "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert shown.stdout.startswith("usage: ") and "--help" in shown.stdout
 
 
 def test_walk_report(paths, tmp_path):
