@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+import pytest
 from early import EarlyWork
 
 from tokenmold.service.bench.live_server import ROOT, LiveServer
@@ -68,10 +69,6 @@ class SuiteUser:
     """Who runs the servers: ``nobody`` with ``home`` as HOME, or (``home`` None) the suite's user."""
 
     home: Path | None
-
-    @property
-    def is_nobody(self) -> bool:
-        return self.home is not None
 
     def cli(self, *args: str) -> tuple[str, ...]:
         """``tokenmold ARGS`` as this user runs it (as ``nobody``: HOME, USER and nothing of root's
@@ -128,18 +125,22 @@ def _make_home(home: Path) -> None:
             os.chown(os.path.join(folder, name), NOBODY, NOBODY)
 
 
-def declare_home(work: EarlyWork, user: SuiteUser) -> None:
+def _declare_home(work: EarlyWork, user: SuiteUser) -> None:
     """Queue the making of ``nobody``'s HOME (once, first beside the main queue; ``HOME_WORK``)."""
     if user.home is not None and not work.declared(HOME_WORK):
         home = user.home
         work.call(HOME_WORK, lambda: _make_home(home), beside=True)
 
 
-def serve_as_the_user(work: EarlyWork, name: str, *flags: str) -> None:
-    """Declare the server ``name`` (``tokenmold serve FLAGS``) run as the suite's user."""
+def serve_as_the_user(
+    work: EarlyWork, name: str, *flags: str, command: tuple[str, ...] = ("serve",), beside: bool = False
+) -> None:
+    """Declare the server ``name`` (``tokenmold COMMAND FLAGS``, ``beside`` as ``EarlyWork.server``)
+    run as the suite's user, once that user's HOME is made."""
     user = suite_user()
-    declare_home(work, user)
-    work.server(name, *flags, command=user.cli("serve"), after=HOME_WORK if user.is_nobody else None)
+    _declare_home(work, user)
+    after = HOME_WORK if user.home is not None else None
+    work.server(name, *flags, command=user.cli(*command), beside=beside, after=after)
 
 
 def socket_folders(live: LiveServer) -> set[Path]:
@@ -155,10 +156,13 @@ def socket_folders(live: LiveServer) -> set[Path]:
     return found
 
 
-def check_runs_as_nobody(live: LiveServer, user: SuiteUser) -> None:
+def check_runs_as_nobody(live: LiveServer) -> None:
     """A live server of ``nobody``'s: every process is ``nobody``'s and its sockets are in one
-    private folder of ``nobody``'s under the temporary folder, not under HOME."""
-    assert user.home is not None
+    private folder of ``nobody``'s under the temporary folder, not under HOME; skipped (with the
+    reason) where the suite's servers run as the suite's own user."""
+    user = suite_user()
+    if user.home is None:
+        pytest.skip(why_not_nobody() or "")
     assert {proc.uids().real for proc in live.processes()} == {NOBODY}
     folders = socket_folders(live)
     assert len(folders) == 1, folders

@@ -22,7 +22,7 @@ import httpx
 import openai
 import psutil
 import pytest
-from any_user import check_runs_as_nobody, serve_as_the_user, socket_folders, suite_user, why_not_nobody
+from any_user import check_runs_as_nobody, serve_as_the_user, socket_folders
 from early import EarlyWork
 from live_api import FAULTS_SERVER, REASONING_SERVER, prefix_cache_use, slow_regex
 
@@ -61,10 +61,7 @@ def test_the_server_runs_as_an_unprivileged_user(server: LiveServer) -> None:
     """Where the suite runs as root: ``tokenmold serve`` started as ``nobody`` under a fresh HOME of
     a usual length, its sockets in a private folder of its own under the temporary folder (which
     the fixture checks is gone once the server stops)."""
-    user = suite_user()
-    if not user.is_nobody:
-        pytest.skip(why_not_nobody() or "")
-    check_runs_as_nobody(server, user)
+    check_runs_as_nobody(server)
 
 
 def _metrics(server: LiveServer) -> dict[str, float]:

@@ -27,7 +27,7 @@ import jsonschema
 import openai
 import psutil
 import pytest
-from any_user import HOME_WORK, check_runs_as_nobody, declare_home, socket_folders, suite_user, why_not_nobody
+from any_user import check_runs_as_nobody, serve_as_the_user, socket_folders, suite_user
 from early import EarlyWork
 from live_api import MODEL
 
@@ -53,12 +53,10 @@ REPLICA_PROCESS = "ServeReplica:tokenmold:EngineReplica"
 def early(work: EarlyWork) -> None:
     """The fleet starts while the tests without an engine run (``early.py``), as the suite's
     unprivileged user (``any_user.py``), its stores in that user's HOME."""
-    user = suite_user()
-    declare_home(work, user)
-    folder = user.home / "fleet" if user.home is not None else work.folder("fleet")
+    home = suite_user().home
+    folder = home / "fleet" if home is not None else work.folder("fleet")
     stores = ("--batch-dir", str(folder / "batch"), "--grammar-cache-dir", str(folder / "grammars"))
-    after = HOME_WORK if user.is_nobody else None
-    work.server("fleet", *FLEET_FLAGS, *stores, command=user.cli("ray", "serve"), beside=True, after=after)
+    serve_as_the_user(work, "fleet", *FLEET_FLAGS, *stores, command=("ray", "serve"), beside=True)
     work.hold_beside_until_released("fleet")
 
 
@@ -126,10 +124,7 @@ def test_both_replicas_answer_and_each_shape_stays_on_one(client: openai.OpenAI)
 def test_the_fleet_runs_as_an_unprivileged_user(fleet: LiveServer) -> None:
     """Where the suite runs as root: Ray, the replicas and their engines are ``nobody``'s, and their
     sockets (Ray's session folder included) sit in one private folder under the temporary folder."""
-    user = suite_user()
-    if not user.is_nobody:
-        pytest.skip(why_not_nobody() or "")
-    check_runs_as_nobody(fleet, user)
+    check_runs_as_nobody(fleet)
 
 
 def test_files_and_batches_are_shared_by_the_replicas(client: openai.OpenAI, tmp_path: Path) -> None:
