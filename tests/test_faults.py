@@ -75,10 +75,11 @@ def _metrics(server: LiveServer) -> dict[str, float]:
     return values
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, seen: Callable[[], str] = str) -> None:
+    """Poll ``condition``; past the deadline, fail with what ``seen`` says was observed."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, "the server never reached the expected state"
+        assert time.monotonic() < deadline, f"the server never reached the expected state {seen()}"
         time.sleep(0.05)
 
 
@@ -250,10 +251,22 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(server: LiveSe
     """The module's last test: the module's server is ended by it."""
     model = server.model_id()
     # Long enough (400 tokens each) that the three surely overlap on a cold, busy machine.
+    _wait_for(lambda: _metrics(server)["tokenmold_engine_requests_running"] == 0)  # nothing left from before
     in_flight = [
         _in_background(lambda: _chat(server, {"ignore_eos": True}, max_tokens=400, timeout_s=180)) for _ in range(3)
     ]
-    _wait_for(lambda: _metrics(server)["tokenmold_engine_requests_running"] == 3, timeout_s=120)
+    running: list[float] = []
+
+    def all_three_run_or_one_ended() -> bool:
+        running.append(_metrics(server)["tokenmold_engine_requests_running"])
+        return running[-1] == 3 or any(in_flight)
+
+    def seen() -> str:
+        log = server.log.read_text(errors="replace")[-3000:]
+        return f"(requests running: {sorted(set(running))}; ended: {in_flight}; the server's log:\n{log})"
+
+    _wait_for(all_three_run_or_one_ended, timeout_s=120, seen=seen)
+    assert running[-1] == 3, f"a request ended before the three ran together {seen()}"
     os.kill(server.pid, signal.SIGTERM)
     time.sleep(0.3)  # a tick of the server's loop
     refused = httpx.post(
