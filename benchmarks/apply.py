@@ -21,11 +21,11 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
+from benchmarks.bitmasks import is_allowed, new_bitmask
 from benchmarks.corpus import expand_paths, load_case, sample
 from benchmarks.engines import TokenmoldEngine, default_tokenizer_dir, load_vocabulary
 from benchmarks.masks import _compact
 from tokenmold.grammar import mask_apply
-from tokenmold.service.testing import is_allowed, new_bitmask
 
 Applier = Callable[[torch.Tensor, np.ndarray, list[tuple[int, int]]], None]
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from benchmarks.bitmasks import new_bitmask
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
 from tokenmold.grammar.backends.base import CompiledGrammar
 from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
 from tokenmold.schemas.verdict import VerdictError
-from tokenmold.service.testing import new_bitmask
 
 if TYPE_CHECKING:
     import torch

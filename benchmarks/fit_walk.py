@@ -7,7 +7,7 @@ shortest output's tokens and its end-of-sequence token (the floor the service re
 twice the natural length (the tokens of the longest valid test instance as compact JSON, or the
 floor if none), and for each one walk: at every step the grammar's row (llguidance and the guards,
 as the service fills it), narrowed by the budget fitter, and a token drawn uniformly among those
-left (``tokenmold.service.testing.random_walk``: no model, the most wasteful writer there is). A
+left (``benchmarks.bitmasks.random_walk``: no model, the most wasteful writer there is). A
 walk must draw the end-of-sequence token within the budget, and its text must pass the validation
 layer. A shape fitting refuses up front (``tokenmold.grammar.fit.coverage``) is counted as refused,
 not walked. A failure prints the schema file, the budget, the token path and the first step at
@@ -27,13 +27,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.bitmasks import new_bitmask, random_walk
 from benchmarks.corpus import BenchCase, expand_paths, load_case, sample
 from benchmarks.engines import default_tokenizer_dir, first_objection, load_vocabulary
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
 from tokenmold.grammar.budget import fewest_tokens
 from tokenmold.grammar.fit.coverage import first_gap
 from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
-from tokenmold.service.testing import new_bitmask, random_walk
 
 
 @dataclass

@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from benchmarks.bitmasks import is_allowed, new_bitmask
 from benchmarks.corpus import Instance, load_case, source_of
 from benchmarks.engines import BenchEngine, compile_timed, first_objection
 from benchmarks.reorder import in_closed_layout, in_schema_order
@@ -46,7 +47,6 @@ from benchmarks.report import MAX_EXAMPLES, CompileStats, common_compile, number
 from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
 from tokenmold.grammar.backends.base import CompiledGrammar
 from tokenmold.service.bench.stats import percentiles
-from tokenmold.service.testing import is_allowed, new_bitmask
 
 
 @dataclass(frozen=True)

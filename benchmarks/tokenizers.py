@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.bitmasks import new_bitmask
 from benchmarks.corpus import expand_paths, load_case, sample
 from benchmarks.engines import TokenmoldEngine, compile_timed, default_tokenizer_dir, load_vocabulary
 from benchmarks.masks import InstanceResult, measure_file
 from tokenmold.grammar.backends.llguidance_slices import LLTokenizers, wants_alnum_slices
-from tokenmold.service.testing import new_bitmask
 
 
 @dataclass

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.bitmasks import WalkResult, new_bitmask, random_walk
 from benchmarks.corpus import load_case
 from benchmarks.engines import BenchEngine, compile_timed, first_objection
 from benchmarks.report import MAX_EXAMPLES, CompileStats, ratio, table
 from benchmarks.runner import Outcome, add_common_arguments, run_benchmark
-from tokenmold.service.testing import WalkResult, new_bitmask, random_walk
 
 
 def walk_file(engine: BenchEngine, path: str, *, walks: int, max_tokens: int, seed: int) -> Iterator[Any]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.bitmasks import mask_accepts
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
-from tokenmold.service.testing import mask_accepts
 
 
 @pytest.fixture(scope="module")

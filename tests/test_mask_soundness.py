@@ -4,7 +4,7 @@ caught by the validation layer for a keyword the compile reported as ``validated
 Schemas come from the shared hypothesis strategy (every keyword family the normalizer handles);
 each is compiled the way the service compiles it (``ShapeCompiler``, ``backend="auto"``, against
 the embedded model's vocabulary) and walked at random through its token masks, with the soundness
-benchmark's walker (``tokenmold.service.testing.random_walk``: random allowed tokens, biased toward closing
+benchmark's walker (``benchmarks.bitmasks.random_walk``: random allowed tokens, biased toward closing
 ones). Every completed walk is judged by the validation layer against the original schema.
 """
 
@@ -18,9 +18,9 @@ from hypothesis import given, settings
 from jsonschema import Draft202012Validator
 from strategies import exploration_settings, semantic_schemas
 
+from benchmarks.bitmasks import new_bitmask, random_walk
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError
 from tokenmold.grammar.json_pointer import read_token
-from tokenmold.service.testing import new_bitmask, random_walk
 from tokenmold.service.validation import check_json
 
 WALKS = 4

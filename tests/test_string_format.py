@@ -12,12 +12,12 @@ import regex
 from guard_paths import engine_and_local, first_refused
 from test_anchored_pattern import _llguidance, _normalized, check_walks_against_llguidance
 
+from benchmarks.bitmasks import mask_accepts
 from tokenmold.grammar.backends.base import CompiledGrammar, JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.guards.anchored_pattern import automaton
 from tokenmold.grammar.guards.held_keywords import FORMAT_BOUND, strip_bounds
 from tokenmold.grammar.guards.string_format import FORMAT_PATTERNS
-from tokenmold.service.testing import mask_accepts
 
 SAMPLES = {
     "hostname": [
