@@ -36,7 +36,7 @@ from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.openai import ChatMessage
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Verdict
-from tokenmold.service.repeated_calls import call_guard
+from tokenmold.service.refused_calls import call_guard
 from tokenmold.service.runtime import GenerationResult, Prompt, Runtime, StreamDelta
 
 

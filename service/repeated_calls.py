@@ -18,7 +18,9 @@ written, not after: a token may finish the end and begin the next call at once (
 sequence could then no longer follow. The service then drops the repeat: the calls before it are the answer
 (``finish_reason: "tool_calls"``), and the verdict says ``stop_reason: "repeated_call"``
 (``service/validation.py``). Streaming holds a call back while it could still be a repeat
-(``ToolCallStream``), so the repeat is never sent.
+(``ToolCallStream``), so the repeat is never sent. What a request asks the guard to watch, and
+which call it refused, are read in the process that serves the request
+(``service/refused_calls.py``).
 
 The same guard ends an agent's loop across turns. An agent (the OpenAI Agents SDK with an
 ``output_type``, a ReAct loop) sends the conversation back with each call's answer in it, and a
@@ -44,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -52,56 +54,6 @@ from tokenmold.grammar.backends.base import CallGuardRequest
 from tokenmold.grammar.bitmask_rows import keep_unless_emptied, pack_ids, token_bits
 from tokenmold.grammar.toolformats import ParsedCall, ToolFormat
 from tokenmold.grammar.toolformats.base import first_repeat
-from tokenmold.grammar.toolformats.registry import RegistryFormat
-from tokenmold.grammar.tools import ToolCalls
-from tokenmold.schemas.sampling import CallGuardSetting
-
-if TYPE_CHECKING:
-    from tokenmold.grammar import CompiledShape
-
-
-def call_guard(
-    compiled: CompiledShape | None, setting: CallGuardSetting, answered: tuple[ParsedCall, ...]
-) -> CallGuardRequest | None:
-    """What the guard watches in a request under ``setting``, if anything: tool calls in a format
-    written by tokenmold (the guard follows its one call syntax; a registry's format is the
-    registry's tag), within the output where several calls may follow each other
-    (``parallel_tool_calls``), and with ``on`` the conversation's ``answered`` calls too."""
-    calls = compiled.shape.source if compiled is not None else None
-    if not isinstance(calls, ToolCalls) or isinstance(calls.tool_format, RegistryFormat) or setting == "off":
-        return None
-    answered = answered if setting == "on" else ()
-    return CallGuardRequest(calls.tool_format.name, answered) if calls.parallel or answered else None
-
-
-@dataclass(frozen=True)
-class RefusedCall:
-    """The call of an output the guard refused (``first_refused``)."""
-
-    index: int
-    #: It repeats a call the conversation already answered, not one of the output's own.
-    answered: bool
-    #: The guard gave way: ``tool_choice`` requires a call and the shape has no other function, so
-    #: the call stands (``stop_reason: "answered_call_allowed"``); the output still ended at it.
-    allowed: bool = False
-
-    @property
-    def stop_reason(self) -> str:
-        if not self.answered:
-            return "repeated_call"
-        return "answered_call_allowed" if self.allowed else "answered_call"
-
-
-def first_refused(text: str, calls: ToolCalls, guard: CallGuardRequest) -> RefusedCall | None:
-    """The first complete call of ``text`` that repeats an earlier one of it or one of the calls
-    ``guard`` says the conversation answered, if any."""
-    fmt = calls.tool_format
-    written = [fmt.read_call(body) for body in fmt.split(text).calls]
-    index = first_repeat(written, guard.answered)
-    if index is None:
-        return None
-    answered = first_repeat(written[: index + 1]) != index
-    return RefusedCall(index, answered, answered and calls.required and len(calls.tools) == 1)
 
 
 def ends_with_repeat(tool_format: ToolFormat, text: str, answered: tuple[ParsedCall, ...] = ()) -> bool:

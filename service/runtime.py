@@ -30,7 +30,7 @@ from tokenmold.service.loop_sites import loop_watch
 from tokenmold.service.model_home import resolve_model
 from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.reasoning import ReasoningParser, ReasoningStream
-from tokenmold.service.repeated_calls import call_guard
+from tokenmold.service.refused_calls import call_guard
 from tokenmold.service.repetition import LoopSite, LoopWatch, RepetitionGuard
 from tokenmold.service.sampling import to_sampling_params
 from tokenmold.service.validation import judge

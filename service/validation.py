@@ -32,7 +32,7 @@ from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.json_validator import schema_validator
-from tokenmold.service.repeated_calls import first_refused
+from tokenmold.service.refused_calls import first_refused
 from tokenmold.service.repetition import LoopSite
 
 #: At most this many errors are listed in one verdict.

@@ -27,7 +27,8 @@ from tokenmold.service import answered_calls as redecode
 from tokenmold.service.answered_calls import answered_calls
 from tokenmold.service.api.responses import responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_plan
-from tokenmold.service.repeated_calls import RepeatedCallGuard, call_guard, ends_with_repeat
+from tokenmold.service.refused_calls import call_guard
+from tokenmold.service.repeated_calls import RepeatedCallGuard, ends_with_repeat
 from tokenmold.service.runtime import Completion, GenerationResult, Prompt, StreamDelta
 from tokenmold.service.tools import tool_answer
 from tokenmold.service.validation import judge
