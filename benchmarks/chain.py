@@ -84,7 +84,7 @@ def _mask_only(grammar: Any, tokens: list[int], bitmask: Any, batch: int) -> flo
 
 
 def run_chain(argv: list[str] | None = None) -> int:
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_bounds
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance, _guard_bounds
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks chain", description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=64)

@@ -1,7 +1,7 @@
 """The numpy view of a bitmask tensor, taken once per tensor rather than per row and per matcher.
 
 Matchers fill rows of one persistent int32 tensor again and again: vLLM's, step after step in the
-engine core (``service/grammar_chain.py``), and in process the one a benchmark or a replay hands
+engine core (``service/vllm_core/grammar_chain.py``), and in process the one a benchmark or a replay hands
 every matcher it makes. Taking the tensor's numpy view and address costs torch calls that are
 cheap in a tight loop and 40-70 µs right after other work has run (cold caches: measured on the
 first fill of each fresh matcher in ``python -m benchmarks masks``, where they made most first

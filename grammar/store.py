@@ -4,7 +4,7 @@ The compile caches of tokenmold (``grammar/cache.py``), xgrammar and vLLM live i
 memory: a restart, or another replica, compiles each shape again, seconds for a heavy xgrammar
 grammar. Neither xgrammar nor vLLM 0.32 keeps compiled grammars on disk (xgrammar only serializes
 them: ``CompiledGrammar.serialize_json``), so this store does: the service keeps its compile results
-here (``ShapeCompiler``) and the engine its compiled xgrammar grammars (``service/xgrammar_store.py``).
+here (``ShapeCompiler``) and the engine its compiled xgrammar grammars (``service/vllm_core/xgrammar_store.py``).
 
 Layout: ``DIR/<namespace>/<digest>.grammar``, where the digest is the SHA-256 of the store format,
 the namespace, the key (what the compile depends on: shape, options, tokenizer) and the versions

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-#: The repeated-call guard's settings (``service/repeated_calls.py``): ``on``, calls the output
+#: The repeated-call guard's settings (``service/vllm_core/repeated_calls.py``): ``on``, calls the output
 #: already made and calls the conversation already answered; ``turn``, the output's own only;
 #: ``off``, none.
 CallGuardSetting = Literal["on", "turn", "off"]

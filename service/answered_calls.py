@@ -4,7 +4,7 @@ model writes one of them anew as its first call.
 An agent sends its conversation back every turn: each call the assistant made, then its answer (a
 ``tool`` message with the call's id; in the Responses API a ``function_call_output`` with the
 ``function_call``'s ``call_id``). ``answered_calls`` reads those calls out of the request; the
-repeated-call guard (``service/repeated_calls.py``) refuses them in the engine as it refuses a
+repeated-call guard (``service/vllm_core/repeated_calls.py``) refuses them in the engine as it refuses a
 repeat within one output, and ends the output where one of them closes.
 
 The mask cannot offer a way out once a call has begun: at ``{"city": "Oslo`` the only calls left

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return _bench(argv[1:])
     _prepare(argv)
     args = _parser().parse_args(argv)
-    from tokenmold.service.vllm_plugin import VllmPatchMismatch
+    from tokenmold.service.vllm_core.vllm_plugin import VllmPatchMismatch
 
     try:
         return args.func(args)

@@ -24,7 +24,7 @@ from tokenmold.service.engine_args import check_names, refused
 from tokenmold.service.engine_process import worker_in_engine_core
 from tokenmold.service.environment import configure_environment, set_kv_cache_space
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
-from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
+from tokenmold.service.vllm_core.xgrammar_store import ENGINE_CONFIG_KEY
 
 if TYPE_CHECKING:
     from vllm import RequestOutput, SamplingParams
@@ -69,7 +69,7 @@ class EngineConfig:
         vLLM's parallelism (GPU deployments; see docs/operations.md).
     forced_drafts:
         Draft up to this many tokens a grammar forces, verified by vLLM's speculative decoding
-        (``service/forced_drafts.py``); 0: off.
+        (``service/vllm_core/forced_drafts.py``); 0: off.
     grammar_cache_dir:
         A directory (local or shared by several servers) where compiled grammars are kept across
         restarts: the service's compile results and the engine's xgrammar grammars
@@ -124,7 +124,7 @@ def _forced_drafts(tokens: int) -> dict[str, Any] | None:
     """vLLM's speculative decoding with the forced-token proposer, or None when off."""
     if tokens <= 0:
         return None
-    proposer = "tokenmold.service.forced_drafts.ForcedTokenProposer"
+    proposer = "tokenmold.service.vllm_core.forced_drafts.ForcedTokenProposer"
     return {"method": "custom_class", "model": proposer, "num_speculative_tokens": tokens}
 
 
@@ -173,7 +173,7 @@ class Engine:
         configure_environment(embedded_model=config.model is None)
         set_kv_cache_space(config.kv_cache_gib)
         # Checked here first so a vLLM mismatch is one line in this process, not a failed engine core.
-        from tokenmold.service.vllm_plugin import register
+        from tokenmold.service.vllm_core.vllm_plugin import register
 
         register()
         from vllm.usage.usage_lib import UsageContext

@@ -1,7 +1,7 @@
 """Budget fitting on the request path: what a ``budget: "fit"`` request asks of the engine, and what
 the budget did to each of its outputs (``tokenmold.grammar.fit`` holds the logic itself).
 
-The engine runs the mask (``service/vllm_plugin.py``); this side builds the request's spec line and,
+The engine runs the mask (``service/vllm_core/vllm_plugin.py``); this side builds the request's spec line and,
 once an output is back, replays it through the same grammar and ``Fitter`` for the verdict's
 ``fitted`` / ``cut``. Both sides keep their per-shape state (plan costs, cached trials) keyed by the
 normalized schema, so a shape's second request pays for nothing twice.

@@ -68,7 +68,7 @@ class RuntimeConfig:
     guards: bool = True
     #: Stop a constrained output caught in a loop (``service/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
-    #: The repeated-call guard (``service/repeated_calls.py``): ``on``, a call the turn or its
+    #: The repeated-call guard (``service/vllm_core/repeated_calls.py``): ``on``, a call the turn or its
     #: conversation already made is not generated again; ``turn``, the turn's own calls only;
     #: ``off``. A request's ``repeated_call_guard`` overrides it.
     repeated_call_guard: CallGuardSetting = "on"

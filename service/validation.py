@@ -54,7 +54,7 @@ def judge(
     (``service/repetition.py``) cut the output; the verdict is then truncated.
     ``fit``: what budget fitting did to the output (``tokenmold.grammar.fit.replay``); an accepted
     output it changed is ``fitted``, with ``cut``. ``repeated_calls``: what the repeated-call guard
-    (``service/repeated_calls.py``) watched in the output; a call that repeats an earlier one, or
+    (``service/vllm_core/repeated_calls.py``) watched in the output; a call that repeats an earlier one, or
     one the conversation already answered, ended the turn, which is judged as the calls before it
     (``stop_reason: "repeated_call"``, ``"answered_call"``), unless the guard gave way
     (``"answered_call_allowed"``: judged whole)."""

@@ -16,7 +16,7 @@ from tokenmold.grammar.bitmask_rows import allowed_tokens
 def engine_and_local(vocab: Any, schema: dict[str, Any], forced_text: str = "") -> tuple[Any, Any]:
     """The engine's grammar wrapped by the plugin's ``_guard_bounds`` and the in-process matcher,
     both past ``forced_text`` (a forced prefix, as jump-forward gives the engine)."""
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_bounds
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance, _guard_bounds
 
     compiled = LLGuidanceBackend(vocab).compile_json_schema(schema, JsonOptions())
     forced = tuple(vocab.encode(forced_text)) if forced_text else ()

@@ -130,7 +130,7 @@ def test_vllm_plugin_parses_a_repeated_llguidance_grammar_once(vocab):
     grammar (parsing costs milliseconds of time to first token, a copy microseconds)."""
     from types import SimpleNamespace
 
-    from tokenmold.service.vllm_plugin import _compile_llguidance
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance
 
     serialized = get_backend("llguidance")(vocab).compile_choice(("yes", "no")).engine_spec.text
     serialized = serialized[len(LLGUIDANCE_MARKER) :]
@@ -152,7 +152,7 @@ def test_vllm_plugin_gives_a_parsed_grammar_without_the_compile_thread(vocab):
     milliseconds of time to first token); any other grammar still goes to that thread."""
     from types import SimpleNamespace
 
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _init_from_prototype
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance, _init_from_prototype
 
     serialized = get_backend("llguidance")(vocab).compile_choice(("yes", "no")).engine_spec.text
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)

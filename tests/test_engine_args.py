@@ -64,7 +64,7 @@ def test_json_arguments_take_vllm_dot_notation(model_path: str) -> None:
 
 
 def test_the_grammar_cache_reaches_the_engine_beside_vllms_additional_config(tmp_path, model_path: str) -> None:
-    from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
+    from tokenmold.service.vllm_core.xgrammar_store import ENGINE_CONFIG_KEY
 
     assert ENGINE_CONFIG_KEY not in built(serve(), model_path).additional_config  # none unless asked
     args = serve(

@@ -73,7 +73,7 @@ def test_every_in_process_matcher_starts_from_llguidances_row_and_walks_on(vocab
 def test_every_engine_grammar_starts_from_its_prototypes_row_and_walks_on(vocab) -> None:
     """The engine's grammars (``vllm_plugin._compile_llguidance``), with and without a forced prefix
     the prompt already holds: the second copy's first row is the first copy's, both llguidance's."""
-    from tokenmold.service.vllm_plugin import _compile_llguidance
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance
 
     compiled = LLGuidanceBackend(vocab).compile_json_schema(SCHEMA, JsonOptions())
     grammar = compiled.engine_spec.llguidance.grammar

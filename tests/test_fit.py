@@ -242,7 +242,7 @@ def test_an_error_in_the_engine_side_fitting_leaves_the_request_to_its_grammar(v
     from types import SimpleNamespace
 
     from tokenmold.grammar.fit.fitter import Fitter as FitterClass
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _fit_budget
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance, _fit_budget
 
     compiled = _compiled(vocab, PERSON)
     spec = compiled.engine_spec.with_fit(FitRequest(40, json.dumps(compiled.normalized_schema)))

@@ -1,4 +1,4 @@
-"""Forced-token drafts (``serve --forced-drafts``, ``service/forced_drafts.py``).
+"""Forced-token drafts (``serve --forced-drafts``, ``service/vllm_core/forced_drafts.py``).
 
 The proposer is tested on real llguidance grammars with the model runner's rows faked (what the
 runner hands it is a batch and token rows; the patch that hands them over has its contract test
@@ -23,8 +23,8 @@ from live_api import FAULTS_SERVER, MODEL
 from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.service.bench.drafts import TOOLS
-from tokenmold.service.forced_drafts import ForcedTokenProposer
-from tokenmold.service.llguidance_prototypes import MatcherPrototypes
+from tokenmold.service.vllm_core.forced_drafts import ForcedTokenProposer
+from tokenmold.service.vllm_core.llguidance_prototypes import MatcherPrototypes
 
 SCHEMA = {
     "type": "object",

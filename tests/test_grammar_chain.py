@@ -1,4 +1,4 @@
-"""The engine core's chain around one llguidance grammar (``tokenmold.service.grammar_chain``): rows
+"""The engine core's chain around one llguidance grammar (``tokenmold.service.vllm_core.grammar_chain``): rows
 filled through their address are llguidance's own, on any row of the tensor and on tensors that
 cannot be filled that way; a mask that fails is dropped and its row refilled without it."""
 
@@ -17,7 +17,7 @@ import torch
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bitmask_views import RowViews
-from tokenmold.service.grammar_chain import beside
+from tokenmold.service.vllm_core.grammar_chain import beside
 
 SCHEMA = {
     "type": "object",
@@ -30,7 +30,7 @@ TEXT = json.dumps({"id": 12, "name": "abc"}, separators=(",", ":"))
 
 def _engine_grammar(vocab):
     """vLLM's grammar for SCHEMA as the plugin builds it (prototype copy, direct fill)."""
-    from tokenmold.service.vllm_plugin import _compile_llguidance
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance
 
     parsed = LLGuidanceBackend(vocab).compile_json_schema(SCHEMA, JsonOptions()).engine_spec.llguidance
     assert parsed is not None

@@ -19,7 +19,7 @@ from tokenmold.grammar import Shape
 from tokenmold.grammar.store import GrammarStore
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.runtime import Prompt
-from tokenmold.service.xgrammar_store import NAMESPACE
+from tokenmold.service.vllm_core.xgrammar_store import NAMESPACE
 
 pytestmark = pytest.mark.engine
 

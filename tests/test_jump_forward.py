@@ -31,7 +31,7 @@ def test_llguidance_spec_carries_the_tokens_its_grammar_forces(compiled, vocab) 
 
 
 def test_the_engine_matcher_starts_after_the_forced_tokens(compiled, vocab) -> None:
-    from tokenmold.service.vllm_plugin import _compile_llguidance
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance
 
     engine_backend = SimpleNamespace(tokenizer=vocab.hf_tokenizer, vocab_size=vocab.vocab_size)
     parsed = LlguidanceSpec.read(compiled.engine_spec.jumped().text)

@@ -28,10 +28,10 @@ from tokenmold.service.answered_calls import answered_calls
 from tokenmold.service.api.responses import responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_plan
 from tokenmold.service.refused_calls import call_guard
-from tokenmold.service.repeated_calls import RepeatedCallGuard, ends_with_repeat
 from tokenmold.service.runtime import Completion, GenerationResult, Prompt, StreamDelta
 from tokenmold.service.tools import tool_answer
 from tokenmold.service.validation import judge
+from tokenmold.service.vllm_core.repeated_calls import RepeatedCallGuard, ends_with_repeat
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [Tool("get_weather", WEATHER), Tool("add", {"type": "object", "properties": {"a": {"type": "integer"}}})]

@@ -1,7 +1,7 @@
 """The length guard (``tokenmold.grammar.guards.schema_guard``): plain strings compile without ``maxLength`` and
 the guard puts the bound back next to llguidance. Checked against llguidance itself: on random
 walks through the real vocabulary, the guarded mask of the stripped grammar equals llguidance's mask
-of the bounded grammar at every step, and the engine's wrapper (``service/vllm_plugin.py``) fills
+of the bounded grammar at every step, and the engine's wrapper (``service/vllm_core/vllm_plugin.py``) fills
 the same rows as the in-process matcher."""
 
 from __future__ import annotations

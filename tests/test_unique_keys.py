@@ -86,7 +86,7 @@ def test_the_plugin_guard_clears_a_repeated_key_from_the_engine_mask(vocab) -> N
     from types import SimpleNamespace
 
     from tokenmold.grammar.backends.base import LlguidanceSpec
-    from tokenmold.service.vllm_plugin import _compile_llguidance, _guard_keys
+    from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance, _guard_keys
 
     spec = ShapeCompiler(vocab, isolation="inline").compile(Shape.from_json_schema(OPEN)).engine_spec
     assert spec.guards_keys

@@ -1,4 +1,4 @@
-"""Contract tests of tokenmold's vLLM patches (``tokenmold.service.vllm_plugin``), no engine started.
+"""Contract tests of tokenmold's vLLM patches (``tokenmold.service.vllm_core.vllm_plugin``), no engine started.
 
 One test per patch checks that what it assumes about vLLM/torch still holds and that, installed, it
 does what it is for; the guard itself is tested by faking another vLLM release. When vLLM is
@@ -18,9 +18,9 @@ import torch
 
 from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER
-from tokenmold.service import vllm_plugin
-from tokenmold.service.vllm_plugin import PATCHES, Assumption, Patch, VllmPatchMismatch
-from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY
+from tokenmold.service.vllm_core import vllm_plugin
+from tokenmold.service.vllm_core.vllm_plugin import PATCHES, Assumption, Patch, VllmPatchMismatch
+from tokenmold.service.vllm_core.xgrammar_store import ENGINE_CONFIG_KEY
 
 
 @pytest.fixture(scope="module")
@@ -234,7 +234,7 @@ def test_an_engine_keeps_its_xgrammar_grammars_and_a_fresh_one_loads_them(
     from vllm.v1.structured_output import backend_xgrammar
     from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 
-    from tokenmold.service import xgrammar_store
+    from tokenmold.service.vllm_core import xgrammar_store
 
     # ~0.13 s to compile on an idle host, past the store's 50 ms threshold whatever the load (a run
     # of {30,80} compiles in about the threshold itself, so it was kept or not by chance)

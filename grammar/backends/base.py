@@ -52,7 +52,7 @@ class JsonOptions:
 
 
 #: Prefix of a ``grammar`` spec that carries a serialized llguidance grammar (see
-#: ``service/vllm_plugin.py``, which teaches vLLM's engine to apply it).
+#: ``service/vllm_core/vllm_plugin.py``, which teaches vLLM's engine to apply it).
 LLGUIDANCE_MARKER = "%tokenmold-llguidance\n"
 #: Optional header lines after the marker, in this order (``LlguidanceSpec``).
 _UNIQUE_KEYS_LINE = "%unique-keys\n"
@@ -87,7 +87,7 @@ class FitRequest:
 
 @dataclass(frozen=True)
 class CallGuardRequest:
-    """The repeated-call guard asked for (``service/repeated_calls.py``): the name of the tool-call
+    """The repeated-call guard asked for (``service/vllm_core/repeated_calls.py``): the name of the tool-call
     format whose calls it watches, and the calls the conversation already made and got answers
     for, which it refuses as it refuses a call the output already made."""
 
@@ -114,7 +114,7 @@ class LlguidanceSpec:
     ``bounds``: the normalized schema (compact JSON) whose string ``maxLength``s and array ``maxItems`` the grammar left
     out for the bound guard (``tokenmold.grammar.guards.schema_guard``) to enforce. ``fit``: the
     budget-fitting mask (``tokenmold.grammar.fit``) runs too. ``repeated_calls``: the repeated-call
-    guard (``service/repeated_calls.py``) runs too.
+    guard (``service/vllm_core/repeated_calls.py``) runs too.
     """
 
     grammar: str

@@ -3,7 +3,7 @@
 Every input is first turned into Lark text (JSON Schema through llguidance's ``%json`` directive,
 GBNF through the package's own converter, a regex as one lexeme) and then into llguidance's
 serialized grammar. The engine spec is that serialized grammar behind ``LLGUIDANCE_MARKER``
-(``EngineSpec(kind="grammar")``), which tokenmold's vLLM plugin (``service/vllm_plugin.py``) hands
+(``EngineSpec(kind="grammar")``), which tokenmold's vLLM plugin (``service/vllm_core/vllm_plugin.py``) hands
 to llguidance inside vLLM's engine. There is no per-vocabulary precompute: "compiling" builds one
 ``LLMatcher`` (grammar checks, lexer set-up) that every request's matcher copies, so the cost of a
 schema shows up in the first masks rather than at compile time.
@@ -179,7 +179,7 @@ class LLGuidanceCompiled(CompiledGrammar):
 
     def prepare(self) -> None:
         """Build the rows of the patterns the bound guard holds, as the engine does when it compiles
-        the grammar (``service/vllm_plugin.py``); else the first fill reaching each one builds them."""
+        the grammar (``service/vllm_core/vllm_plugin.py``); else the first fill reaching each one builds them."""
         if self.bounds is not None:
             self._vocab.bound_table.build_rows(self._bound_schema)
 

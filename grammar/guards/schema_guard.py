@@ -104,7 +104,7 @@ class BoundSchema:
         #: some has one it runs an automaton of.
         self.counted = self.searched = False
         #: The patterns the guard runs automata of (their rows are built on first use; the engine
-        #: builds them when it compiles the grammar, ``service/vllm_plugin.py``).
+        #: builds them when it compiles the grammar, ``service/vllm_core/vllm_plugin.py``).
         self.held: list[str] = []
         for node in _nodes(root):  # one walk for the four
             if plain_bounded(node):

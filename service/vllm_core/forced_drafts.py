@@ -10,7 +10,7 @@ keeps the output distribution unchanged: a forced token is the only one the mask
 accepted whatever the sampling options.
 
 The proposer runs in the model runner, which knows token rows but not which request a row holds:
-the ``forced-drafts`` patch (``service/vllm_plugin.py``) hands it the runner's batch and requests
+the ``forced-drafts`` patch (``service/vllm_core/vllm_plugin.py``) hands it the runner's batch and requests
 before each proposal. It follows each request with its own copy of the grammar (parsed once per
 grammar text, as the engine's own), fed with the tokens the request accepted. The drafts come from
 llguidance alone; the engine-side masks next to it (the duplicate-key guard, the bound guard,
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tokenmold.grammar.backends.base import LlguidanceSpec
-from tokenmold.service.llguidance_prototypes import MatcherPrototypes
+from tokenmold.service.vllm_core.llguidance_prototypes import MatcherPrototypes
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """What a vLLM patch is and what it assumes, checked against the installed vLLM before any patch
-is installed (``service/vllm_plugin.py`` holds the patches and runs the check).
+is installed (``service/vllm_core/vllm_plugin.py`` holds the patches and runs the check).
 
 A patch names what vLLM lacks, the attributes it reads or replaces (``Assumption``), and how it
 installs; ``Assumption.mismatch`` compares one attribute with what is installed, in one line.

@@ -5,7 +5,7 @@ Loaded as the ``vllm.general_plugins`` entry point ``tokenmold`` (pyproject.toml
 its own process, so a mismatch is reported before vLLM spawns anything.
 
 Each patch below is one small unit: what vLLM lacks, the vLLM/torch attributes it reads or
-replaces (``Assumption``, ``service/vllm_contract.py``: where it lives and the parameters it
+replaces (``Assumption``, ``service/vllm_core/vllm_contract.py``: where it lives and the parameters it
 takes), and how it installs.
 ``register()`` checks the installed vLLM release against ``COMPATIBLE_VLLM`` and every assumption
 of every patch (once per install: the processes vLLM spawns inherit ``CHECKED_ENV``), then installs
@@ -26,11 +26,11 @@ from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.backends.base import LLGUIDANCE_MARKER, LlguidanceSpec
-from tokenmold.service.grammar_chain import beside, fill_directly, mask_failed
 from tokenmold.service.heap import freeze_heap
-from tokenmold.service.llguidance_prototypes import MatcherPrototypes, start_from
-from tokenmold.service.vllm_contract import Assumption, Patch, VllmPatchMismatch
-from tokenmold.service.xgrammar_store import ENGINE_CONFIG_KEY, stored_compiler
+from tokenmold.service.vllm_core.grammar_chain import beside, fill_directly, mask_failed
+from tokenmold.service.vllm_core.llguidance_prototypes import MatcherPrototypes, start_from
+from tokenmold.service.vllm_core.vllm_contract import Assumption, Patch, VllmPatchMismatch
+from tokenmold.service.vllm_core.xgrammar_store import ENGINE_CONFIG_KEY, stored_compiler
 
 if TYPE_CHECKING:
     from tokenmold.grammar.guards.schema_guard import BoundSchema, BoundTable
@@ -386,7 +386,7 @@ CPU_GENERATOR_OFFSETS = Patch(
 
 # --- Patch 5: the forced-token proposer sees which request each row holds -------------------------
 # vLLM's ``custom_class`` speculative proposer gets token rows only; drafting a request's forced
-# tokens needs its grammar (``service/forced_drafts.py``). Before each proposal the runner hands a
+# tokens needs its grammar (``service/vllm_core/forced_drafts.py``). Before each proposal the runner hands a
 # proposer that asks for it (``bind_batch``) its batch and requests; other drafters are untouched.
 
 
@@ -431,7 +431,7 @@ FORCED_DRAFTS = Patch(
 # vLLM keeps xgrammar's compiled grammars in the engine core's memory only: a restart, or another
 # replica, compiles a heavy grammar again. With a grammar store (``--grammar-cache-dir``, passed in
 # vLLM's ``additional_config``), the backend's compiler loads a grammar kept there before compiling
-# it and keeps what it compiles (``service/xgrammar_store.py``). Without one, nothing changes.
+# it and keeps what it compiles (``service/vllm_core/xgrammar_store.py``). Without one, nothing changes.
 
 
 def _install_grammar_store() -> None:
@@ -575,10 +575,10 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
 
 
 def _end_repeated_calls(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
-    """Run the repeated-call guard (``service/repeated_calls.py``) next to ``grammar`` when its
+    """Run the repeated-call guard (``service/vllm_core/repeated_calls.py``) next to ``grammar`` when its
     spec asks for it: no token goes past a call that repeats an earlier one of the output, or one
     the conversation already answered."""
-    from tokenmold.service.repeated_calls import run_beside
+    from tokenmold.service.vllm_core.repeated_calls import run_beside
 
     if spec.repeated_calls is not None:
         run_beside(grammar, spec.repeated_calls, spec.forced, _prototypes(backend).ll_tokenizer)

@@ -4,7 +4,7 @@ vLLM's engine compiles the EBNF of every xgrammar shape tokenmold sends with its
 ``xgrammar.GrammarCompiler``, whose cache lives in the engine core's memory: after a restart, or on
 another replica, a heavy grammar takes its seconds again (an EBNF of 25 bounded strings in an open
 object: ~1.5 s here, after as long again in the service's compile worker). With a store, the
-``grammar-store`` patch (``service/vllm_plugin.py``) puts ``StoredCompiler`` in front of that
+``grammar-store`` patch (``service/vllm_core/vllm_plugin.py``) puts ``StoredCompiler`` in front of that
 compiler: a grammar new to this engine is loaded from the directory when one was kept there
 (``CompiledGrammar.deserialize_json``: ~0.6 s with the inflating, a third of the compile), else
 compiled and kept, in a background thread (serializing takes as long as compiling; xgrammar and
