@@ -88,7 +88,7 @@ def write_model_dir(target: Path) -> Path:
     """The embedded model's folder with the tool-rendering template: links to its weights and
     tokenizer, so both servers load the very same files. Named as the model, so that tokenmold
     serves it under the same id."""
-    from tokenmold.service.model_home import ensure_default_model
+    from tokenmold.service.engine.model_home import ensure_default_model
 
     source = ensure_default_model()
     folder = target / source.name
@@ -105,7 +105,7 @@ def engine_dtype(requested: str) -> str:
     """``auto`` resolved as tokenmold resolves it, so that vLLM runs the same weights' dtype."""
     import torch
 
-    from tokenmold.service.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
+    from tokenmold.service.engine.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
 
     on_cpu = not torch.cuda.is_available()
     return resolve_dtype(requested, on_cpu=on_cpu, native_bf16=on_cpu and host_has_native_bf16(), x86=host_is_x86())
@@ -115,7 +115,7 @@ def engine_dtype(requested: str) -> str:
 def started(server: str, model_dir: Path, args: argparse.Namespace, logs: Path) -> Iterator[str]:
     """A server on loopback serving ``model_dir`` (or the one at ``--SERVER-url``); its base URL."""
     from tokenmold.service.bench.live_server import LiveServer
-    from tokenmold.service.environment import engine_defaults
+    from tokenmold.service.engine.environment import engine_defaults
 
     given = getattr(args, f"{server}_url")
     if given:

@@ -45,7 +45,7 @@ _VOCABULARY_WARM_UP = (
 )
 #: For tokenmold, also the bound guard's and the pattern guard's per-vocabulary tables and the rows
 #: of the formats the pattern guard holds (``TokenmoldEngine.warm_up``), which ``tokenmold serve``'s
-#: own warm-up request builds too (``service/warm_up.py``).
+#: own warm-up request builds too (``service/engine/warm_up.py``).
 _GUARDS_WARM_UP = (
     {
         "type": "object",
@@ -63,7 +63,7 @@ _GUARDS_WARM_UP = (
 
 def default_tokenizer_dir() -> str:
     """The embedded model's folder (converted on first use): its tokenizer is the one served."""
-    from tokenmold.service.model_home import ensure_default_model
+    from tokenmold.service.engine.model_home import ensure_default_model
 
     return str(ensure_default_model())
 
@@ -71,7 +71,7 @@ def default_tokenizer_dir() -> str:
 def load_vocabulary(folder: str) -> Vocabulary:
     """The vocabulary of a model folder as the runtime sees it (logits width, every stop id), or of
     a bare tokenizer folder (its own size and EOS ids) when there is no model config."""
-    from tokenmold.service.model_info import ModelInfo, stop_token_ids
+    from tokenmold.service.engine.model_info import ModelInfo, stop_token_ids
 
     if (Path(folder) / "config.json").exists():
         info = ModelInfo.load(folder)

@@ -24,7 +24,7 @@ from typing import Any
 
 from tokenmold.grammar import Shape
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.service.engine import EngineConfig
+from tokenmold.service.engine.async_engine import EngineConfig
 from tokenmold.service.partials.judge import PartJudge
 from tokenmold.service.partials.stream import with_partials
 from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig

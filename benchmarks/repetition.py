@@ -30,7 +30,7 @@ from benchmarks.corpus import expand_paths, sample
 from benchmarks.repetition_tasks import BenchRequest, grammar_requests, json_requests, tool_requests
 from tokenmold.grammar import ShapeError
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.service.engine import EngineConfig
+from tokenmold.service.engine.async_engine import EngineConfig
 from tokenmold.service.loop_sites import loop_watch
 from tokenmold.service.repetition import RepetitionGuard
 from tokenmold.service.runtime import Completion, Runtime, RuntimeConfig

@@ -22,7 +22,7 @@ from benchmarks.corpus import load_case
 from tokenmold.grammar import Shape
 from tokenmold.schemas.openai import ChatCompletionRequest
 from tokenmold.service.api.translate import chat_plan
-from tokenmold.service.model_info import ModelInfo
+from tokenmold.service.engine.model_info import ModelInfo
 from tokenmold.service.runtime import Prompt
 
 #: Schemas longer than this (as JSON text) are left out: the prompt must fit the context.

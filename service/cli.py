@@ -7,7 +7,7 @@
     tokenmold serve [--model M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--reject-unaccepted]
                     [--compile-timeout S] [--compile-workers N] [--shutdown-grace S] [--max-body-bytes N]
                     [--tool-call-format hermes|llama3|mistral] [--grammar-cache-dir DIR] ...
-    (serve and generate also take every vLLM engine argument, as vLLM spells it: service/engine_args.py)
+    (serve and generate also take every vLLM engine argument, as vLLM spells it: service/engine/engine_args.py)
     tokenmold batch -i requests.jsonl -o results.jsonl [--model M] [--concurrency N]
     tokenmold extract --schema FILE [--template TEXT] -i docs.jsonl -o out.jsonl
     tokenmold bench e2e|load|tools|budget|drafts ...
@@ -35,12 +35,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokenmold.service.dtype import AUTO, CHOICES
-from tokenmold.service.environment import LOG_LEVELS, configure_environment, configure_logging
+from tokenmold.service.engine.dtype import AUTO, CHOICES
+from tokenmold.service.engine.environment import LOG_LEVELS, configure_environment, configure_logging
 from tokenmold.service.errors import BadInput
 
 if TYPE_CHECKING:
-    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.engine.async_engine import EngineConfig
     from tokenmold.service.repetition import RepetitionGuard
 
 EXIT_ACCEPTED, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_TRUNCATED, EXIT_INVALID, EXIT_FITTED = 0, 1, 2, 3, 4, 5
@@ -88,7 +88,7 @@ def _prepare(argv: list[str]) -> None:
 def engine_config(args: argparse.Namespace, **config: Any) -> EngineConfig:
     """The engine options of a parsed ``serve`` or ``generate`` command line: ``config`` (tokenmold's
     flags) and the vLLM engine arguments it gave; one that cannot apply here is ``BadInput``."""
-    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.engine.async_engine import EngineConfig
 
     cache = {"grammar_cache_dir": args.grammar_cache_dir, "grammar_cache_bytes": args.grammar_cache_mb * 2**20}
     try:
@@ -98,7 +98,7 @@ def engine_config(args: argparse.Namespace, **config: Any) -> EngineConfig:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from tokenmold.service.engine_args import EngineArgParser
+    from tokenmold.service.engine.engine_args import EngineArgParser
 
     parser = argparse.ArgumentParser(prog="tokenmold", description="Structured-output generation on vLLM.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=EngineArgParser)
@@ -114,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _generate_flags(gen: argparse.ArgumentParser) -> None:
-    """``generate``'s own flags (vLLM's engine arguments join them: ``service/engine_args.py``)."""
+    """``generate``'s own flags (vLLM's engine arguments join them: ``service/engine/engine_args.py``)."""
     own = gen.add_argument_group("tokenmold")
     shape = own.add_mutually_exclusive_group(required=True)
     shape.add_argument("--schema", metavar="FILE", help="JSON Schema file ('-' for stdin)")
@@ -159,7 +159,7 @@ def _generate_flags(gen: argparse.ArgumentParser) -> None:
 
 
 def _serve_flags(serve: argparse.ArgumentParser) -> None:
-    """``serve``'s own flags (vLLM's engine arguments join them: ``service/engine_args.py``)."""
+    """``serve``'s own flags (vLLM's engine arguments join them: ``service/engine/engine_args.py``)."""
     from tokenmold.grammar.limits import DEFAULT_LIMITS
 
     own = serve.add_argument_group("tokenmold")

@@ -8,7 +8,7 @@ from 73 to 191 ms on that alone). ``gc.freeze`` moves everything alive to a perm
 generation that collections skip; objects made later are collected as usual. vLLM does the same
 after its own start (``vllm.utils.gc_utils.freeze_gc_heap``), before tokenmold's warm-up builds
 its tables, so tokenmold freezes again after the warm-up: in the server's process
-(``service/warm_up.py``) and in the engine core's (``service/vllm_core/vllm_plugin.py``, after the first
+(``service/engine/warm_up.py``) and in the engine core's (``service/vllm_core/vllm_plugin.py``, after the first
 guarded grammar), and the benchmarks' workers do it after their own warm-up.
 """
 

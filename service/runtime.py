@@ -21,18 +21,18 @@ from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import CallGuardSetting, SamplingOptions
 from tokenmold.schemas.verdict import Partial, Usage, Verdict
 from tokenmold.service.budget_check import check_budget, request_budget
-from tokenmold.service.engine import Engine, EngineConfig
-from tokenmold.service.environment import configure_environment
+from tokenmold.service.engine.async_engine import Engine, EngineConfig
+from tokenmold.service.engine.environment import configure_environment
+from tokenmold.service.engine.model_home import resolve_model
+from tokenmold.service.engine.model_info import ModelInfo
+from tokenmold.service.engine.sampling import to_sampling_params
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 from tokenmold.service.fit import BudgetFitting, fitted_layout
 from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.loop_sites import loop_watch
-from tokenmold.service.model_home import resolve_model
-from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.reasoning import ReasoningParser, ReasoningStream
 from tokenmold.service.refused_calls import call_guard
 from tokenmold.service.repetition import LoopSite, LoopWatch, RepetitionGuard
-from tokenmold.service.sampling import to_sampling_params
 from tokenmold.service.validation import judge
 
 if TYPE_CHECKING:

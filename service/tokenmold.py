@@ -22,15 +22,15 @@ from typing import Any, TypeVar
 from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Verdict
+from tokenmold.service.engine.warm_up import warm_up
 from tokenmold.service.partials.answers import PartialAnswer, partial_answers
 from tokenmold.service.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
-from tokenmold.service.warm_up import warm_up
 
 T = TypeVar("T")
 
 
 class Tokenmold:
-    """A started engine. Parameters are ``RuntimeConfig``'s; see ``tokenmold.service.engine.EngineConfig``.
+    """A started engine. Parameters are ``RuntimeConfig``'s; see ``tokenmold.service.engine.async_engine.EngineConfig``.
 
     Keyword arguments are vLLM's engine arguments by name, as ``tokenmold serve`` takes them on its
     command line: ``Tokenmold(enable_prefix_caching=True, max_num_batched_tokens=1024)``.

@@ -28,8 +28,8 @@ import pytest
 from early import EarlyWork
 
 from tokenmold.service.bench.live_server import ROOT, LiveServer
-from tokenmold.service.environment import SOCKET_DIR_VARIABLE
-from tokenmold.service.model_home import DEFAULT_MODEL_NAME, ensure_default_model
+from tokenmold.service.engine.environment import SOCKET_DIR_VARIABLE
+from tokenmold.service.engine.model_home import DEFAULT_MODEL_NAME, ensure_default_model
 
 #: ``nobody``'s user and group ids (Debian's ``nobody``/``nogroup``).
 NOBODY = 65534

@@ -31,7 +31,7 @@ MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "bench" / "maskbenc
 
 @pytest.fixture(scope="session")
 def model_path() -> str:
-    from tokenmold.service.model_home import ensure_default_model
+    from tokenmold.service.engine.model_home import ensure_default_model
 
     return str(ensure_default_model())
 
@@ -39,7 +39,7 @@ def model_path() -> str:
 @pytest.fixture(scope="session")
 def vocab(model_path: str):
     from tokenmold.grammar import Vocabulary
-    from tokenmold.service.model_info import ModelInfo
+    from tokenmold.service.engine.model_info import ModelInfo
 
     info = ModelInfo.load(model_path)
     vocab = Vocabulary(info.tokenizer, vocab_size=info.vocab_size, stop_token_ids=info.stop_token_ids)
@@ -50,7 +50,7 @@ def vocab(model_path: str):
 @pytest.fixture(scope="session")
 def runtime(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A started Runtime (engine + compiler). Async tests share pytest-asyncio's session loop."""
-    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.engine.async_engine import EngineConfig
     from tokenmold.service.runtime import Runtime, RuntimeConfig
 
     # A short context keeps the "context full" test's prefill cheap on 2 cores; a grammar store of

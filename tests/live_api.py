@@ -17,7 +17,7 @@ import httpx
 import openai
 from pydantic import BaseModel, ConfigDict, EmailStr, Field, HttpUrl
 
-from tokenmold.service.model_home import default_model_dir
+from tokenmold.service.engine.model_home import default_model_dir
 
 KEY = "sk-tokenmold-test"
 MODEL = "SmolLM2-135M-Instruct"

@@ -377,7 +377,7 @@ def test_too_long_a_prompt_and_an_unknown_model(client) -> None:
 def test_the_model_card_names_the_dtype_auto_chose_on_this_host(client) -> None:
     """``serve`` without ``--dtype``: float32 on an x86 CPU without native bfloat16, else the
     embedded model's own bfloat16 (read from the engine, not from the flag)."""
-    from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
+    from tokenmold.service.engine.dtype import host_has_native_bf16, host_is_x86
 
     card = client.models.list().data[0]
     emulated = host_is_x86() and not host_has_native_bf16()

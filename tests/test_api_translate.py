@@ -454,7 +454,7 @@ def test_stream_options_are_optional() -> None:
 
 
 def test_a_request_picks_its_tool_call_format_by_vllm_parser_name() -> None:
-    from tokenmold.service.model_info import ModelInfo
+    from tokenmold.service.engine.model_info import ModelInfo
 
     model = ModelInfo("m", None, 49152, None, [], HERMES)
     tools = [{"type": "function", "function": {"name": "f", "parameters": SCHEMA}}]

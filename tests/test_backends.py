@@ -27,7 +27,7 @@ COMPACT = JsonOptions(max_whitespace=0)
 
 @pytest.fixture(scope="module")
 def vocab() -> Vocabulary:
-    from tokenmold.service.model_home import ensure_default_model
+    from tokenmold.service.engine.model_home import ensure_default_model
 
     return Vocabulary.from_pretrained(ensure_default_model())
 

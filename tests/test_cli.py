@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from early import EarlyWork, why_it_failed
 
-from tokenmold.service.dtype import host_has_native_bf16, host_is_x86
+from tokenmold.service.engine.dtype import host_has_native_bf16, host_is_x86
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The line ``generate`` prints right before it starts the engine.
@@ -165,7 +165,7 @@ def test_bench_e2e_reports_every_figure_from_equal_lengths(early_work: EarlyWork
         low, high = row["ratio_interval"]
         assert low <= row["ratio_paired_median"] <= high
     assert report["ttft"]["ttft_warm_ms"]["p50"] > 0 and report["max_tokens"] == 6
-    emulated_bf16 = host_is_x86() and not host_has_native_bf16()  # auto's float32 (service/dtype.py)
+    emulated_bf16 = host_is_x86() and not host_has_native_bf16()  # auto's float32 (service/engine/dtype.py)
     assert report["dtype"] == ("float32" if emulated_bf16 else "bfloat16")
     jump = report["jump_forward"]
     assert (

@@ -1,4 +1,4 @@
-"""``--dtype auto`` on the host (``service/dtype.py``); the engine's choice as a client sees it is
+"""``--dtype auto`` on the host (``service/engine/dtype.py``); the engine's choice as a client sees it is
 checked in test_api.py (the model card)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenmold.service.dtype import CHOICES, host_has_native_bf16, resolve_dtype
+from tokenmold.service.engine.dtype import CHOICES, host_has_native_bf16, resolve_dtype
 
 
 @pytest.mark.parametrize(

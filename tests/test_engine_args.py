@@ -12,7 +12,7 @@ import json
 import pytest
 
 from tokenmold.service.cli import _parser, engine_config
-from tokenmold.service.engine import EngineConfig, vllm_engine_args
+from tokenmold.service.engine.async_engine import EngineConfig, vllm_engine_args
 from tokenmold.service.errors import BadInput
 
 
@@ -166,7 +166,7 @@ def test_python_keyword_arguments_are_engine_arguments() -> None:
 
 
 def test_the_chat_template_is_read_as_vllm_reads_it(tmp_path, model_path: str) -> None:
-    from tokenmold.service.model_info import ModelInfo
+    from tokenmold.service.engine.model_info import ModelInfo
     from tokenmold.service.runtime import _chat_template
 
     template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"

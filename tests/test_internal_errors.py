@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 from tokenmold.grammar.cache import CacheStats
 from tokenmold.service.api.app import create_app
 from tokenmold.service.api.settings import ServerSettings
-from tokenmold.service.model_info import ModelInfo
+from tokenmold.service.engine.model_info import ModelInfo
 from tokenmold.service.runtime import RuntimeConfig, StreamDelta
 
 MODEL = "m"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tokenmold.service.model_home import ensure_default_model
-from tokenmold.service.model_info import ModelInfo, stop_token_ids
+from tokenmold.service.engine.model_home import ensure_default_model
+from tokenmold.service.engine.model_info import ModelInfo, stop_token_ids
 
 
 def test_converted_folder_is_complete_and_reused(model_path: str) -> None:

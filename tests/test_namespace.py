@@ -10,7 +10,7 @@ import tempfile
 
 import pytest
 
-from tokenmold.service.environment import engine_defaults
+from tokenmold.service.engine.environment import engine_defaults
 
 _PROBE = """
 import json, os, sys
@@ -18,7 +18,7 @@ before = dict(os.environ)
 import tokenmold
 from tokenmold import Shape, Verdict
 import tokenmold.grammar, tokenmold.schemas, tokenmold.service.runtime, tokenmold.service.api.app
-import tokenmold.service.sampling, tokenmold.service.engine, tokenmold.service.cli
+import tokenmold.service.engine.sampling, tokenmold.service.engine.async_engine, tokenmold.service.cli
 changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
 missing = []
 for name in ("grammar", "service", "schemas"):

@@ -28,7 +28,7 @@ def chat(**fields) -> ChatCompletionRequest:
 
 @pytest.fixture(scope="module")
 def tokenizer(model_path: str):
-    from tokenmold.service.model_info import ModelInfo
+    from tokenmold.service.engine.model_info import ModelInfo
 
     return ModelInfo.load(model_path).tokenizer
 

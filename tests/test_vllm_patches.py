@@ -310,14 +310,14 @@ def test_a_changed_signature_names_the_patch_in_one_line() -> None:
 def test_a_cpu_engine_core_holds_its_worker_with_the_omp_environment_vllm_gives_it(
     model_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``service/engine_process.py``: vLLM's CPU platform still turns the single-process executor
+    """``service/engine/engine_process.py``: vLLM's CPU platform still turns the single-process executor
     into the multi-process one (the reason it exists); around the engine core's start, the executor
     is the single-process one and the environment holds the OpenMP settings vLLM gives a worker."""
     from vllm.usage.usage_lib import UsageContext
     from vllm.v1.executor import Executor, UniProcExecutor
 
-    from tokenmold.service.engine import EngineConfig, vllm_engine_args
-    from tokenmold.service.engine_process import worker_can_share_the_engine_core, worker_in_engine_core
+    from tokenmold.service.engine.async_engine import EngineConfig, vllm_engine_args
+    from tokenmold.service.engine.engine_process import worker_can_share_the_engine_core, worker_in_engine_core
 
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "0")
     binding = ("GOMP_CPU_AFFINITY", "OMP_PLACES", "KMP_AFFINITY")  # GNU's, generic or Intel's OpenMP

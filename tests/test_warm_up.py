@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from tokenmold.grammar import Shape
-from tokenmold.service.warm_up import WARM_UP_SCHEMA, warm_up
+from tokenmold.service.engine.warm_up import WARM_UP_SCHEMA, warm_up
 
 
 @pytest.mark.engine
 async def test_warm_up_runs_a_fitted_bounded_open_request_on_the_engine(engine_runtime, caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="tokenmold.service.warm_up")
+    caplog.set_level(logging.WARNING, logger="tokenmold.service.engine.warm_up")
     seconds = await warm_up(engine_runtime)
     assert seconds > 0 and not caplog.records
     # It went the whole way: compiled (cached now) and replayed for a fit verdict (the verdict
@@ -30,7 +30,7 @@ class _Failing:
 
 
 async def test_a_failed_warm_up_is_a_warning_not_an_error(caplog) -> None:
-    caplog.set_level(logging.WARNING, logger="tokenmold.service.warm_up")
+    caplog.set_level(logging.WARNING, logger="tokenmold.service.engine.warm_up")
     await warm_up(_Failing())  # type: ignore[arg-type]
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "no engine here" in caplog.text

@@ -28,9 +28,9 @@ from tokenmold.service.api.routers import (
 )
 from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.batch.manager import BatchManager
-from tokenmold.service.model_home import tokenmold_home
+from tokenmold.service.engine.model_home import tokenmold_home
+from tokenmold.service.engine.warm_up import warm_up
 from tokenmold.service.runtime import Runtime
-from tokenmold.service.warm_up import warm_up
 
 
 def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle | None = None) -> FastAPI:

@@ -66,8 +66,8 @@ from tokenmold.service.custom_tools import (
     replayed,
     with_instruction,
 )
+from tokenmold.service.engine.model_info import ModelInfo
 from tokenmold.service.errors import RequestError, ShapeFieldError
-from tokenmold.service.model_info import ModelInfo
 from tokenmold.service.runtime import GenerationResult, Prompt, StreamDelta
 from tokenmold.service.tools import chat_messages, tool_answer, tool_shape, tools_or_format
 

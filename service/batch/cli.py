@@ -191,7 +191,7 @@ async def _execute(
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
     from tokenmold.service.batch.dispatch import Dispatcher
-    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.engine.async_engine import EngineConfig
     from tokenmold.service.runtime import Runtime, RuntimeConfig
 
     engine = EngineConfig(model=args.model, max_model_len=args.max_model_len)

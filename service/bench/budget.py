@@ -29,7 +29,7 @@ from tokenmold.grammar import Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.extraction_tasks import TASKS, ExtractionTask
-from tokenmold.service.engine import EngineConfig
+from tokenmold.service.engine.async_engine import EngineConfig
 from tokenmold.service.errors import BudgetTooSmall
 from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
 from tokenmold.service.validation import check_json
@@ -91,7 +91,7 @@ async def _vllm_json(runtime: Runtime, prompt: Prompt, task: ExtractionTask, bud
     """vLLM's own JSON path: the schema goes to vLLM as written (its xgrammar defaults)."""
     from vllm.sampling_params import StructuredOutputsParams
 
-    from tokenmold.service.sampling import to_sampling_params
+    from tokenmold.service.engine.sampling import to_sampling_params
 
     ids = runtime.prompt_ids(prompt)
     params = to_sampling_params(

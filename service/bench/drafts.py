@@ -31,7 +31,7 @@ from tokenmold.grammar.backends.base import LlguidanceSpec
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.extraction_tasks import TASKS
-from tokenmold.service.engine import EngineConfig
+from tokenmold.service.engine.async_engine import EngineConfig
 from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
 
 _WEATHER = {

@@ -114,7 +114,7 @@ async def _vllm_json(runtime: Runtime, prompt: Prompt, sampling: SamplingOptions
     """vLLM's own JSON path: the schema goes to vLLM unnormalized (its xgrammar defaults)."""
     from vllm.sampling_params import StructuredOutputsParams
 
-    from tokenmold.service.sampling import to_sampling_params
+    from tokenmold.service.engine.sampling import to_sampling_params
 
     ids = runtime.prompt_ids(prompt)
     params = to_sampling_params(
@@ -157,7 +157,7 @@ async def _ttft_figures(runtime: Runtime, repeats: int) -> dict[str, Any]:
 
 
 async def _bench(args: argparse.Namespace) -> dict[str, Any]:
-    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.engine.async_engine import EngineConfig
 
     # The repetition guard is off: every output must run to --max-tokens for a like-for-like
     # comparison, and a model looping inside an unbounded string would be cut short (its cost and

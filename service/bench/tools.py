@@ -162,8 +162,8 @@ def _raw_llguidance() -> Callable[[list[Tool], bool, bool], None]:
 
 def _vocabulary() -> Any:
     from tokenmold.grammar import Vocabulary
-    from tokenmold.service.model_home import ensure_default_model
-    from tokenmold.service.model_info import ModelInfo
+    from tokenmold.service.engine.model_home import ensure_default_model
+    from tokenmold.service.engine.model_info import ModelInfo
 
     folder = str(ensure_default_model())
     info = ModelInfo.load(folder)

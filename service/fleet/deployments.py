@@ -73,7 +73,7 @@ class EngineReplica:
 
     async def __init__(self, serve_args: dict[str, Any]) -> None:  # type: ignore[misc]  # Ray Serve awaits it
         from tokenmold.service.api.server import build_server
-        from tokenmold.service.environment import configure_environment, configure_logging
+        from tokenmold.service.engine.environment import configure_environment, configure_logging
 
         configure_logging(serve_args.get("log_level"))
         configure_environment(embedded_model=serve_args.get("model") is None)

@@ -176,7 +176,7 @@ def _vllm_groups() -> list[tuple[str, str | None, list[argparse.Action]]]:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    from tokenmold.service.engine import EngineConfig
+    from tokenmold.service.engine.async_engine import EngineConfig
 
     scratch = FlexibleArgumentParser(add_help=False)
     AsyncEngineArgs.add_cli_args(scratch)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import warnings
 
-from tokenmold.service.model_home import tokenmold_home
+from tokenmold.service.engine.model_home import tokenmold_home
 
 _configured = False
 

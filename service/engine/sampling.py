@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.service.engine import engine_validation
+from tokenmold.service.engine.async_engine import engine_validation
 from tokenmold.service.errors import RequestError
 
 if TYPE_CHECKING:

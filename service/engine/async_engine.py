@@ -19,10 +19,10 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.store import DEFAULT_CAPACITY_BYTES
-from tokenmold.service.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
-from tokenmold.service.engine_args import check_names, refused
-from tokenmold.service.engine_process import worker_in_engine_core
-from tokenmold.service.environment import configure_environment, set_kv_cache_space
+from tokenmold.service.engine.dtype import host_has_native_bf16, host_is_x86, resolve_dtype
+from tokenmold.service.engine.engine_args import check_names, refused
+from tokenmold.service.engine.engine_process import worker_in_engine_core
+from tokenmold.service.engine.environment import configure_environment, set_kv_cache_space
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
 from tokenmold.service.vllm_core.xgrammar_store import ENGINE_CONFIG_KEY
 
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from vllm import RequestOutput, SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    from tokenmold.service.model_info import ModelInfo
+    from tokenmold.service.engine.model_info import ModelInfo
 
 
 @contextmanager
@@ -62,7 +62,7 @@ class EngineConfig:
         the whole server start is in docs/operations.md), compiled on GPU.
     dtype:
         The weights' dtype; ``auto`` is float32 on an x86 CPU without native bfloat16, vLLM's own
-        choice elsewhere (``service/dtype.py``).
+        choice elsewhere (``service/engine/dtype.py``).
     kv_cache_gib:
         KV-cache memory on CPU (GPU uses ``gpu_memory_utilization``).
     tensor_parallel_size, data_parallel_size:
@@ -79,7 +79,7 @@ class EngineConfig:
     engine_args:
         Any other vLLM engine argument by its ``EngineArgs`` name (``enable_prefix_caching``,
         ``quantization``, ``speculative_config``...), given to vLLM as it is on top of the above
-        (``service/engine_args.py``; ``with_args`` sorts names into both). A ``ValueError`` refuses
+        (``service/engine/engine_args.py``; ``with_args`` sorts names into both). A ``ValueError`` refuses
         one that cannot apply here.
     """
 
@@ -183,7 +183,7 @@ class Engine:
         started = time.monotonic()
         self.model_path = model.path
         # As ``AsyncLLM.from_engine_args``, with the worker inside the engine core where one would
-        # stand beside it (``service/engine_process.py``).
+        # stand beside it (``service/engine/engine_process.py``).
         engine_args = vllm_engine_args(config, self.model_path)
         vllm_config = engine_args.create_engine_config(UsageContext.ENGINE_CONTEXT)
         with worker_in_engine_core(
@@ -198,9 +198,9 @@ class Engine:
         self.config = config
         self.tokenizer = model.tokenizer
         self.max_model_len: int = self.llm.model_config.max_model_len
-        #: The weights' dtype the engine runs (``--dtype auto`` resolved: ``service/dtype.py``).
+        #: The weights' dtype the engine runs (``--dtype auto`` resolved: ``service/engine/dtype.py``).
         self.dtype: str = str(self.llm.model_config.dtype).removeprefix("torch.")
-        #: Every id that ends a generation (see ``tokenmold.service.model_info.stop_token_ids``).
+        #: Every id that ends a generation (see ``tokenmold.service.engine.model_info.stop_token_ids``).
         self.stop_token_ids: list[int] = model.stop_token_ids
         self.start_seconds = time.monotonic() - started
         self._ids = itertools.count()
