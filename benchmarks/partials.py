@@ -27,7 +27,7 @@ from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.engine.async_engine import EngineConfig
 from tokenmold.service.partials.judge import PartJudge
 from tokenmold.service.partials.stream import with_partials
-from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
+from tokenmold.service.request.runtime import Prompt, Runtime, RuntimeConfig
 
 #: Answers with many small parts (the judge's worst case per token) and a nested one.
 REQUESTS: list[tuple[str, str, dict[str, Any]]] = [

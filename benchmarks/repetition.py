@@ -3,7 +3,7 @@
 Generates one answer per request (``repetition_tasks``: MaskBench schemas and answers that repeat
 on purpose, BFCL tool turns with ``tool_choice`` required and auto, EBNF / Lark / regex /
 structural-tag / custom-tool answers) with the guard off, then replays the guard on every output's
-token ids, placed as the runtime places it for that kind of output (``service/loop_sites.py``): an
+token ids, placed as the runtime places it for that kind of output (``service/request/loop_sites.py``): an
 accepted output the guard would have cut is a false positive (target: none); a truncated one it
 would have cut is a loop caught, and the tokens it would have saved are counted. The longest exact
 repetition in any accepted output (a cycle of at most ``bare_max_period`` tokens, wherever it lies)
@@ -31,9 +31,9 @@ from benchmarks.repetition_tasks import BenchRequest, grammar_requests, json_req
 from tokenmold.grammar import ShapeError
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.engine.async_engine import EngineConfig
-from tokenmold.service.loop_sites import loop_watch
-from tokenmold.service.repetition import RepetitionGuard
-from tokenmold.service.runtime import Completion, Runtime, RuntimeConfig
+from tokenmold.service.request.loop_sites import loop_watch
+from tokenmold.service.request.repetition import RepetitionGuard
+from tokenmold.service.request.runtime import Completion, Runtime, RuntimeConfig
 
 GROUPS = ("json", "tools", "grammar")
 

@@ -23,7 +23,7 @@ from tokenmold.grammar import Shape
 from tokenmold.schemas.openai import ChatCompletionRequest
 from tokenmold.service.api.translate import chat_plan
 from tokenmold.service.engine.model_info import ModelInfo
-from tokenmold.service.runtime import Prompt
+from tokenmold.service.request.runtime import Prompt
 
 #: Schemas longer than this (as JSON text) are left out: the prompt must fit the context.
 MAX_SCHEMA_CHARS = 1500

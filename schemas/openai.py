@@ -70,7 +70,7 @@ class CustomCall(BaseModel):
 
 
 class CustomToolCall(BaseModel):
-    """A call of a custom tool (``tokenmold.service.custom_tools``)."""
+    """A call of a custom tool (``tokenmold.service.request.custom_tools``)."""
 
     id: str
     type: Literal["custom"] = "custom"

@@ -138,7 +138,7 @@ class CustomGrammarFormat(_Body):
 
 
 class CustomTool(_Body):
-    """A custom tool: its input is free text or held to a grammar (``service/custom_tools.py``)."""
+    """A custom tool: its input is free text or held to a grammar (``service/request/custom_tools.py``)."""
 
     type: Literal["custom"]
     name: str

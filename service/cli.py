@@ -41,7 +41,7 @@ from tokenmold.service.errors import BadInput
 
 if TYPE_CHECKING:
     from tokenmold.service.engine.async_engine import EngineConfig
-    from tokenmold.service.repetition import RepetitionGuard
+    from tokenmold.service.request.repetition import RepetitionGuard
 
 EXIT_ACCEPTED, EXIT_INTERNAL, EXIT_BAD_INPUT, EXIT_TRUNCATED, EXIT_INVALID, EXIT_FITTED = 0, 1, 2, 3, 4, 5
 _STATUS_EXIT = {
@@ -351,7 +351,7 @@ def add_logging(parser: argparse._ActionsContainer, *, default: str = "the engin
 
 
 def _add_repetition_guard(parser: argparse._ActionsContainer) -> None:
-    from tokenmold.service.repetition import RepetitionGuard
+    from tokenmold.service.request.repetition import RepetitionGuard
 
     parser.add_argument(
         "--repetition-guard",
@@ -375,7 +375,7 @@ def _add_no_guards(parser: argparse._ActionsContainer) -> None:
 
 
 def _repetition_guard(value: str) -> RepetitionGuard | None:
-    from tokenmold.service.repetition import RepetitionGuard
+    from tokenmold.service.request.repetition import RepetitionGuard
 
     if value == "off":
         return None
@@ -389,7 +389,7 @@ def _generate(args: argparse.Namespace) -> int:
     from tokenmold.grammar import CompileOptions, ShapeError
     from tokenmold.schemas.sampling import SamplingOptions
     from tokenmold.service.errors import RequestError
-    from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
+    from tokenmold.service.request.runtime import Prompt, Runtime, RuntimeConfig
 
     try:
         shape = _shape_from_args(args)

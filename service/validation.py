@@ -32,8 +32,8 @@ from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.json_validator import schema_validator
-from tokenmold.service.refused_calls import first_refused
-from tokenmold.service.repetition import LoopSite
+from tokenmold.service.request.refused_calls import first_refused
+from tokenmold.service.request.repetition import LoopSite
 
 #: At most this many errors are listed in one verdict.
 MAX_ERRORS = 20
@@ -51,7 +51,7 @@ def judge(
     repeated_calls: CallGuardRequest | None = None,
 ) -> Verdict:
     """The verdict on one generated text. ``looping_at``: where the repetition guard
-    (``service/repetition.py``) cut the output; the verdict is then truncated.
+    (``service/request/repetition.py``) cut the output; the verdict is then truncated.
     ``fit``: what budget fitting did to the output (``tokenmold.grammar.fit.replay``); an accepted
     output it changed is ``fitted``, with ``cut``. ``repeated_calls``: what the repeated-call guard
     (``service/vllm_core/repeated_calls.py``) watched in the output; a call that repeats an earlier one, or

@@ -51,7 +51,7 @@ def vocab(model_path: str):
 def runtime(model_path: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A started Runtime (engine + compiler). Async tests share pytest-asyncio's session loop."""
     from tokenmold.service.engine.async_engine import EngineConfig
-    from tokenmold.service.runtime import Runtime, RuntimeConfig
+    from tokenmold.service.request.runtime import Runtime, RuntimeConfig
 
     # A short context keeps the "context full" test's prefill cheap on 2 cores; a grammar store of
     # its own for test_grammar_store_e2e.py.

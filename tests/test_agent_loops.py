@@ -1,6 +1,6 @@
 """Agent loops end to end on the session's shared server (embedded SmolLM2-135M, temperature 0):
 a call the conversation already made and got an answer for is not made again (the repeated-call
-guard, ``service/answered_calls.py``), through the openai SDK, the Agents SDK's two models and
+guard, ``service/request/answered_calls.py``), through the openai SDK, the Agents SDK's two models and
 LangGraph's ReAct agent.
 
 The case is one users measured: an Agents SDK agent with a weather tool and an ``output_type``,

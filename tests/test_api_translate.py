@@ -31,8 +31,8 @@ from tokenmold.service.api.translate import (
     unaccepted,
 )
 from tokenmold.service.errors import EngineUnavailable, ModelNotFound, PromptTooLong, RequestError, Unaccepted
-from tokenmold.service.reasoning import ReasoningMarkers
-from tokenmold.service.runtime import Completion, GenerationResult, StreamDelta
+from tokenmold.service.request.reasoning import ReasoningMarkers
+from tokenmold.service.request.runtime import Completion, GenerationResult, StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

@@ -105,7 +105,7 @@ def test_answers_without_a_usable_call() -> None:
 def test_both_servers_render_tokenmolds_own_tool_instruction(vocab) -> None:
     from tokenmold.grammar.toolformats import HERMES
     from tokenmold.schemas.openai import ToolDefinition
-    from tokenmold.service.tools import tool_instruction
+    from tokenmold.service.request.tools import tool_instruction
 
     def rendered(messages: list[dict[str, str]], tools: list[dict] | None) -> str:
         return vocab.hf_tokenizer.apply_chat_template(

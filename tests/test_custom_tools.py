@@ -1,5 +1,5 @@
 """OpenAI custom tools without the engine: which requests call one, the plan they get, and their
-answers and streams in the chat and Responses forms (``service/custom_tools.py``). The live answers
+answers and streams in the chat and Responses forms (``service/request/custom_tools.py``). The live answers
 are in test_api_grammars.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api.responses import ResponsesStream, response_from_chat, response_shell, responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_plan, chat_response
 from tokenmold.service.errors import RequestError
-from tokenmold.service.runtime import Completion, GenerationResult, StreamDelta
+from tokenmold.service.request.runtime import Completion, GenerationResult, StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 LARK = 'start: "SELECT " COLUMN " FROM " COLUMN\nCOLUMN: /[a-z]+/'

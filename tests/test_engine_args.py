@@ -167,7 +167,7 @@ def test_python_keyword_arguments_are_engine_arguments() -> None:
 
 def test_the_chat_template_is_read_as_vllm_reads_it(tmp_path, model_path: str) -> None:
     from tokenmold.service.engine.model_info import ModelInfo
-    from tokenmold.service.runtime import _chat_template
+    from tokenmold.service.request.runtime import _chat_template
 
     template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
     path = tmp_path / "t.jinja"

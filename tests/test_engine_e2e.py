@@ -21,7 +21,7 @@ from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.e2e import TOOL_CALL_SCHEMA
 from tokenmold.service.errors import BudgetTooSmall
-from tokenmold.service.runtime import Prompt
+from tokenmold.service.request.runtime import Prompt
 from tokenmold.service.tokenmold import Tokenmold
 
 pytestmark = pytest.mark.engine

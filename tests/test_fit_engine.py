@@ -16,7 +16,7 @@ from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.extraction_tasks import TASKS
 from tokenmold.service.errors import BudgetTooSmall
-from tokenmold.service.runtime import Prompt
+from tokenmold.service.request.runtime import Prompt
 
 pytestmark = pytest.mark.engine
 

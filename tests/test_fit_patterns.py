@@ -127,7 +127,7 @@ def _case(name: str, schema: dict):
 def test_the_service_refuses_an_unplannable_shape_before_decoding(vocab) -> None:
     from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
     from tokenmold.service.errors import FitUnplannable
-    from tokenmold.service.fit import BudgetFitting
+    from tokenmold.service.request.fit import BudgetFitting
 
     counted = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2}
     compiled = ShapeCompiler(vocab, isolation="inline").compile(Shape.from_json_schema(counted), CompileOptions())

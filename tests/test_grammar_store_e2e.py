@@ -18,7 +18,7 @@ import pytest
 from tokenmold.grammar import Shape
 from tokenmold.grammar.store import GrammarStore
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.service.runtime import Prompt
+from tokenmold.service.request.runtime import Prompt
 from tokenmold.service.vllm_core.xgrammar_store import NAMESPACE
 
 pytestmark = pytest.mark.engine

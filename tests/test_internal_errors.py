@@ -28,7 +28,7 @@ from tokenmold.grammar.cache import CacheStats
 from tokenmold.service.api.app import create_app
 from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.engine.model_info import ModelInfo
-from tokenmold.service.runtime import RuntimeConfig, StreamDelta
+from tokenmold.service.request.runtime import RuntimeConfig, StreamDelta
 
 MODEL = "m"
 USER = [{"role": "user", "content": "hi"}]

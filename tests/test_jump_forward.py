@@ -11,7 +11,7 @@ from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
 from tokenmold.grammar.backends.base import EngineSpec, LlguidanceSpec
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.bench.e2e import TOOL_CALL_SCHEMA
-from tokenmold.service.jump_forward import forced_prefix
+from tokenmold.service.request.jump_forward import forced_prefix
 
 
 @pytest.fixture(scope="module")

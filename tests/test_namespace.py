@@ -17,7 +17,7 @@ import json, os, sys
 before = dict(os.environ)
 import tokenmold
 from tokenmold import Shape, Verdict
-import tokenmold.grammar, tokenmold.schemas, tokenmold.service.runtime, tokenmold.service.api.app
+import tokenmold.grammar, tokenmold.schemas, tokenmold.service.request.runtime, tokenmold.service.api.app
 import tokenmold.service.engine.sampling, tokenmold.service.engine.async_engine, tokenmold.service.cli
 changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
 missing = []

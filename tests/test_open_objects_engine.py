@@ -9,7 +9,7 @@ import pytest
 
 from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
-from tokenmold.service.runtime import Prompt
+from tokenmold.service.request.runtime import Prompt
 
 pytestmark = pytest.mark.engine
 

@@ -23,7 +23,7 @@ from tokenmold.service.partials.answers import PartialAnswers
 from tokenmold.service.partials.judge import PartJudge
 from tokenmold.service.partials.scanner import JsonScanner
 from tokenmold.service.partials.stream import with_partials
-from tokenmold.service.runtime import StreamDelta
+from tokenmold.service.request.runtime import StreamDelta
 from tokenmold.service.validation import judge
 
 # ---------------------------------------------------------------- the scanner
@@ -256,7 +256,7 @@ async def test_generate_partials_prints_a_json_line_per_part_then_the_verdict(ca
 
     from tokenmold.grammar import CompileOptions
     from tokenmold.service.cli import _print_partials
-    from tokenmold.service.runtime import Prompt
+    from tokenmold.service.request.runtime import Prompt
 
     class Scripted:
         """What ``generate --partials`` asks of the runtime: a compile and one stream."""

@@ -14,8 +14,8 @@ from tokenmold.schemas.responses import ResponsesRequest
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api.responses import response_from_chat, response_shell, responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_plan, chat_response
-from tokenmold.service.reasoning import ReasoningMarkers, ReasoningParser
-from tokenmold.service.runtime import Completion, GenerationResult, StreamDelta
+from tokenmold.service.request.reasoning import ReasoningMarkers, ReasoningParser
+from tokenmold.service.request.runtime import Completion, GenerationResult, StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 MARKERS = ReasoningMarkers(end="</think>", start="<think>")

@@ -23,13 +23,13 @@ from tokenmold.schemas.openai import ChatCompletionRequest
 from tokenmold.schemas.responses import ResponsesRequest
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
-from tokenmold.service import answered_calls as redecode
-from tokenmold.service.answered_calls import answered_calls
 from tokenmold.service.api.responses import responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_plan
-from tokenmold.service.refused_calls import call_guard
-from tokenmold.service.runtime import Completion, GenerationResult, Prompt, StreamDelta
-from tokenmold.service.tools import tool_answer
+from tokenmold.service.request import answered_calls as redecode
+from tokenmold.service.request.answered_calls import answered_calls
+from tokenmold.service.request.refused_calls import call_guard
+from tokenmold.service.request.runtime import Completion, GenerationResult, Prompt, StreamDelta
+from tokenmold.service.request.tools import tool_answer
 from tokenmold.service.validation import judge
 from tokenmold.service.vllm_core.repeated_calls import RepeatedCallGuard, ends_with_repeat
 

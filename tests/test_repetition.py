@@ -1,5 +1,5 @@
-"""The repetition guard (``tokenmold.service.repetition``) on real tokenizations, placed in each kind
-of output as ``tokenmold.service.loop_sites`` places it, and the verdict it leads to. The engine
+"""The repetition guard (``tokenmold.service.request.repetition``) on real tokenizations, placed in each kind
+of output as ``tokenmold.service.request.loop_sites`` places it, and the verdict it leads to. The engine
 paths (a looping output stopped early) are in tests/test_engine_e2e.py and
 tests/test_repetition_everywhere.py."""
 
@@ -13,8 +13,8 @@ from tokenmold.grammar import Shape
 from tokenmold.grammar.toolformats import FORMATS
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.verdict import Usage, VerdictStatus
-from tokenmold.service.loop_sites import loop_watch, open_values
-from tokenmold.service.repetition import CallRef, CycleRule, Loop, LoopSite, RepetitionGuard
+from tokenmold.service.request.loop_sites import loop_watch, open_values
+from tokenmold.service.request.repetition import CallRef, CycleRule, Loop, LoopSite, RepetitionGuard
 from tokenmold.service.validation import judge
 
 GUARD = RepetitionGuard()

@@ -18,7 +18,7 @@ from tokenmold.service.api.generation import ChunkFrames
 from tokenmold.service.api.responses import ResponsesStream, response_from_chat, response_shell, responses_plan
 from tokenmold.service.api.translate import ChatStream, chat_response, unaccepted
 from tokenmold.service.errors import RequestError
-from tokenmold.service.runtime import Completion, GenerationResult, StreamDelta
+from tokenmold.service.request.runtime import Completion, GenerationResult, StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=True, tool_format=HERMES)
 SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}

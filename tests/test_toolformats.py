@@ -15,8 +15,8 @@ from tokenmold.grammar.toolformats import FORMATS, HERMES, ToolFormat, detect_to
 from tokenmold.grammar.tools import Tool, ToolCalls
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
-from tokenmold.service.fit import fitted_layout
-from tokenmold.service.tools import chat_messages, tool_answer
+from tokenmold.service.request.fit import fitted_layout
+from tokenmold.service.request.tools import chat_messages, tool_answer
 from tokenmold.service.validation import check_tool_calls
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "chat_templates"

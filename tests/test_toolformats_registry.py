@@ -15,7 +15,7 @@ from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.errors import FitUnplannable
-from tokenmold.service.tools import tool_answer
+from tokenmold.service.request.tools import tool_answer
 
 WEATHER = {
     "type": "object",
@@ -92,7 +92,7 @@ def test_the_calls_before_one_cut_off_stand(name) -> None:
 
 
 def test_budget_fit_is_refused_up_front_for_a_registry_format(inline) -> None:
-    from tokenmold.service.fit import _fit_target
+    from tokenmold.service.request.fit import _fit_target
 
     compiled = inline.compile(Shape.from_tools(TOOLS, required=True, parallel=False, tool_format=bound("kimi_k2")))
     with pytest.raises(FitUnplannable) as refused:

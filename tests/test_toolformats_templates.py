@@ -13,7 +13,7 @@ import pytest
 from tokenmold.grammar.toolformats import FORMATS, detect_tool_format
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
-from tokenmold.service.tools import chat_messages
+from tokenmold.service.request.tools import chat_messages
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "chat_templates"
 WEATHER = {

@@ -15,7 +15,7 @@ from tokenmold.grammar.tools import Tool, ToolCalls
 from tokenmold.schemas.openai import ChatMessage, NamedToolChoice, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.errors import RequestError
-from tokenmold.service.tools import chat_messages, tool_answer, tool_shape
+from tokenmold.service.request.tools import chat_messages, tool_answer, tool_shape
 from tokenmold.service.validation import check_tool_calls
 
 WEATHER = {

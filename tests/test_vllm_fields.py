@@ -17,7 +17,7 @@ from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api import errors
 from tokenmold.service.api.translate import ChatStream, CompletionStream, chat_plan, completion_plan
 from tokenmold.service.errors import RequestError, ShapeFieldError
-from tokenmold.service.runtime import StreamDelta
+from tokenmold.service.request.runtime import StreamDelta
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 USER = [{"role": "user", "content": "hi"}]

@@ -13,7 +13,7 @@ their length (one trial per length); in a key, content tokens that continue no l
 lead to the same plan (an extra key). Trials are cached per position (``Fitting.trials``), so the
 requests of one shape share them.
 
-The repetition guard (``service/repetition.py``) runs here too in fit mode: a loop inside one value
+The repetition guard (``service/request/repetition.py``) runs here too in fit mode: a loop inside one value
 switches the output to closing (every step must lower the cost), so the value ends, the output
 closes and the verdict lists the value in ``cut`` instead of truncating.
 """

@@ -30,7 +30,7 @@ from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.batch.manager import BatchManager
 from tokenmold.service.engine.model_home import tokenmold_home
 from tokenmold.service.engine.warm_up import warm_up
-from tokenmold.service.runtime import Runtime
+from tokenmold.service.request.runtime import Runtime
 
 
 def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle | None = None) -> FastAPI:

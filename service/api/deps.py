@@ -12,7 +12,7 @@ from tokenmold.service.errors import RequestError
 
 if TYPE_CHECKING:
     from tokenmold.service.api.generation import Generation
-    from tokenmold.service.runtime import Runtime
+    from tokenmold.service.request.runtime import Runtime
 
 #: Per-request override of ``--reject-unaccepted`` ("true" / "false").
 REJECT_HEADER = "X-Tokenmold-Reject-Unaccepted"

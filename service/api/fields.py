@@ -176,7 +176,7 @@ def check_chat_fields(body: ChatCompletionRequest) -> None:
         )
     for i, tool in enumerate(body.tools or []):
         if isinstance(tool, CustomToolDefinition):
-            continue  # when it is called: service/custom_tools.py
+            continue  # when it is called: service/request/custom_tools.py
         if None not in (tool.strict, tool.function.strict) and tool.strict != tool.function.strict:
             raise RequestError(
                 f"tools[{i}].strict ({tool.strict}) contradicts tools[{i}].function.strict ({tool.function.strict}); "

@@ -20,7 +20,6 @@ from pydantic import BaseModel
 
 from tokenmold.grammar import CompiledShape
 from tokenmold.schemas.openai import ChoiceVerdict, GenerationRequest, StreamOptions
-from tokenmold.service import answered_calls
 from tokenmold.service.api.deps import reject_unaccepted
 from tokenmold.service.api.errors import unaccepted_response
 from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
@@ -28,7 +27,8 @@ from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.api.translate import Plan, unaccepted
 from tokenmold.service.errors import ModelNotFound, RequestError, Unaccepted
 from tokenmold.service.partials.stream import with_partials
-from tokenmold.service.runtime import GenerationResult, Runtime, StreamDelta
+from tokenmold.service.request import answered_calls
+from tokenmold.service.request.runtime import GenerationResult, Runtime, StreamDelta
 
 T = TypeVar("T")
 

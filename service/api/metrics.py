@@ -24,7 +24,7 @@ from tokenmold.grammar.worker import WAIT_BUCKETS, PoolStats
 from tokenmold.schemas.verdict import Verdict
 
 if TYPE_CHECKING:
-    from tokenmold.service.runtime import EngineStats
+    from tokenmold.service.request.runtime import EngineStats
 
 #: Status recorded for a request whose client went away before the answer (nginx's convention).
 CLIENT_GONE = 499

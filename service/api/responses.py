@@ -98,7 +98,7 @@ from tokenmold.service.api.errors import unaccepted_response
 from tokenmold.service.api.translate import ChatStream, Plan, chat_plan, new_id
 from tokenmold.service.engine.model_info import ModelInfo
 from tokenmold.service.errors import RequestError
-from tokenmold.service.runtime import StreamDelta
+from tokenmold.service.request.runtime import StreamDelta
 
 #: Fields that need state this server does not keep, and what to send instead.
 _STATEFUL = {

@@ -23,7 +23,7 @@ from fastapi import FastAPI
 from tokenmold.grammar import Limits
 from tokenmold.service.api.lifecycle import Lifecycle
 from tokenmold.service.errors import BadInput
-from tokenmold.service.runtime import Runtime, RuntimeConfig
+from tokenmold.service.request.runtime import Runtime, RuntimeConfig
 
 
 class _Server(uvicorn.Server):

@@ -49,7 +49,6 @@ from tokenmold.schemas.openai import (
 )
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
-from tokenmold.service.answered_calls import answered_calls
 from tokenmold.service.api.fields import (
     check_chat_fields,
     check_completion_fields,
@@ -57,7 +56,10 @@ from tokenmold.service.api.fields import (
     json_whitespace,
     shape_fields,
 )
-from tokenmold.service.custom_tools import (
+from tokenmold.service.engine.model_info import ModelInfo
+from tokenmold.service.errors import RequestError, ShapeFieldError
+from tokenmold.service.request.answered_calls import answered_calls
+from tokenmold.service.request.custom_tools import (
     CalledTool,
     CustomCallStream,
     called_custom_tool,
@@ -66,10 +68,8 @@ from tokenmold.service.custom_tools import (
     replayed,
     with_instruction,
 )
-from tokenmold.service.engine.model_info import ModelInfo
-from tokenmold.service.errors import RequestError, ShapeFieldError
-from tokenmold.service.runtime import GenerationResult, Prompt, StreamDelta
-from tokenmold.service.tools import chat_messages, tool_answer, tool_shape, tools_or_format
+from tokenmold.service.request.runtime import GenerationResult, Prompt, StreamDelta
+from tokenmold.service.request.tools import chat_messages, tool_answer, tool_shape, tools_or_format
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class Plan:
     options: CompileOptions = CompileOptions()
     #: The request field the shape came from, named in a compile error's ``param``.
     shape_param: str | None = None
-    #: The custom tool the answer is a call of (``service/custom_tools.py``), if any.
+    #: The custom tool the answer is a call of (``service/request/custom_tools.py``), if any.
     custom_tool: CalledTool | None = None
 
     @property
@@ -162,7 +162,7 @@ def _requested_format(name: str) -> ToolFormat:
 
 def _custom_plan(body: ChatCompletionRequest, model: ModelInfo, tool: CalledTool) -> Plan:
     """The answer is the call of the custom tool ``tool``: its input, under its grammar if it has one
-    (``service/custom_tools.py``); a structured-output field beside it was refused before."""
+    (``service/request/custom_tools.py``); a structured-output field beside it was refused before."""
     messages, _ = chat_messages(
         replayed(body.messages),
         tools=None,

@@ -192,7 +192,7 @@ async def _execute(
     from tokenmold.service.api.settings import ServerSettings
     from tokenmold.service.batch.dispatch import Dispatcher
     from tokenmold.service.engine.async_engine import EngineConfig
-    from tokenmold.service.runtime import Runtime, RuntimeConfig
+    from tokenmold.service.request.runtime import Runtime, RuntimeConfig
 
     engine = EngineConfig(model=args.model, max_model_len=args.max_model_len)
     # extract has one shape: one compile worker; a batch's lines may bring many (the machine's default).

@@ -32,7 +32,7 @@ from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import VerdictStatus
 from tokenmold.service.bench.extraction_tasks import TASKS
 from tokenmold.service.engine.async_engine import EngineConfig
-from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
+from tokenmold.service.request.runtime import Prompt, Runtime, RuntimeConfig
 
 _WEATHER = {
     "type": "object",

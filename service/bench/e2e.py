@@ -37,7 +37,7 @@ from typing import Any
 from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.bench.stats import median_interval, percentiles
-from tokenmold.service.runtime import Prompt, Runtime, RuntimeConfig
+from tokenmold.service.request.runtime import Prompt, Runtime, RuntimeConfig
 
 #: Never complete within any --max-tokens we run: every sequence is cut at exactly max_tokens.
 LONG_SCHEMA: dict[str, Any] = {

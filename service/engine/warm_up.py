@@ -23,7 +23,7 @@ from typing import Any
 from tokenmold.grammar import Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.heap import freeze_heap
-from tokenmold.service.runtime import Prompt, Runtime
+from tokenmold.service.request.runtime import Prompt, Runtime
 
 WARM_UP_SCHEMA: dict[str, Any] = {
     "type": "object",

@@ -21,7 +21,7 @@ from tokenmold.grammar.json_pointer import read_token
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Partial, Verdict, VerdictStatus
 from tokenmold.service.partials.stream import with_partials
-from tokenmold.service.runtime import Prompt, Runtime, StreamDelta
+from tokenmold.service.request.runtime import Prompt, Runtime, StreamDelta
 
 
 @dataclass(frozen=True)

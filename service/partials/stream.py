@@ -15,10 +15,10 @@ from collections.abc import AsyncGenerator, Callable
 from tokenmold.grammar import CompiledShape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, VerdictStatus
-from tokenmold.service.budget_check import request_budget
 from tokenmold.service.errors import RequestError
 from tokenmold.service.partials.judge import PartJudge
-from tokenmold.service.runtime import StreamDelta
+from tokenmold.service.request.budget_check import request_budget
+from tokenmold.service.request.runtime import StreamDelta
 from tokenmold.service.validation import judge_stopped
 
 Deltas = AsyncGenerator[StreamDelta, None]

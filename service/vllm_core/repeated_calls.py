@@ -20,7 +20,7 @@ sequence could then no longer follow. The service then drops the repeat: the cal
 (``service/validation.py``). Streaming holds a call back while it could still be a repeat
 (``ToolCallStream``), so the repeat is never sent. What a request asks the guard to watch, and
 which call it refused, are read in the process that serves the request
-(``service/refused_calls.py``).
+(``service/request/refused_calls.py``).
 
 The same guard ends an agent's loop across turns. An agent (the OpenAI Agents SDK with an
 ``output_type``, a ReAct loop) sends the conversation back with each call's answer in it, and a
@@ -32,7 +32,7 @@ assistant message's call answered by a ``tool`` message with its id; a Responses
 ends the output as soon as one of them is written again, and the service drops it (``stop_reason:
 "answered_call"``). The mask cannot give the model a way out once a call has begun (a string
 value can only go on as a variant of itself), so the way out is the next decode: when the refused
-call was the output's first, ``service/answered_calls.py`` decodes the turn again without that
+call was the output's first, ``service/request/answered_calls.py`` decodes the turn again without that
 function, and the model answers or calls another one.
 
 Calls compare by name and arguments as parsed JSON, strings loosely (case, spacing and sentence

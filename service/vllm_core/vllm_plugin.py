@@ -557,7 +557,7 @@ def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
     import json
 
     from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
-    from tokenmold.service.repetition import RepetitionGuard
+    from tokenmold.service.request.repetition import RepetitionGuard
 
     fit = spec.fit
     if fit is None:

@@ -8,7 +8,7 @@ from fastapi.responses import Response
 from tokenmold.service.api.deps import get_runtime
 from tokenmold.service.api.errors import ERROR_RESPONSES
 from tokenmold.service.errors import EngineUnavailable
-from tokenmold.service.runtime import Runtime
+from tokenmold.service.request.runtime import Runtime
 
 router = APIRouter()
 

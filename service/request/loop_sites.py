@@ -1,6 +1,6 @@
 """Where a loop sits in each kind of constrained output, and whether it counts there.
 
-The repetition guard (``service/repetition.py``) finds cycles at the end of an output's tokens; a
+The repetition guard (``service/request/repetition.py``) finds cycles at the end of an output's tokens; a
 cycle is a loop or not by where it lies, and the verdict names that place. Per kind of output:
 
 - JSON (``response_format``): the ``inside`` rule holds for a stretch inside one string or number
@@ -31,7 +31,7 @@ from tokenmold.grammar import Shape, ShapeKind
 from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.grammar.toolformats.base import call_prefix
 from tokenmold.grammar.tools import ToolCalls
-from tokenmold.service.repetition import CallRef, Locate, Loop, LoopSite, LoopWatch, RepetitionGuard
+from tokenmold.service.request.repetition import CallRef, Locate, Loop, LoopSite, LoopWatch, RepetitionGuard
 from tokenmold.service.validation import schema_tag_spans
 
 #: JSON characters that end a scalar value (outside strings).

@@ -28,7 +28,7 @@ from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.service.errors import FitUnplannable, RequestError
-from tokenmold.service.repetition import RepetitionGuard
+from tokenmold.service.request.repetition import RepetitionGuard
 
 #: Shapes whose fitting state and replay grammar are kept.
 CACHE_SIZE = 64
@@ -151,7 +151,7 @@ def _calls_layout(calls: ToolCalls) -> Any:
     if calls.arguments_layout is None:
         raise RequestError(
             "budget 'fit' with tools needs the arguments in one layout: compile the shape for fitting "
-            "(tokenmold.service.fit.fitted_layout)",
+            "(tokenmold.service.request.fit.fitted_layout)",
             param="budget",
         )
     if calls.tool_format.control_tokens:

@@ -20,19 +20,19 @@ from tokenmold.grammar.toolformats import ParsedCall
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.sampling import CallGuardSetting, SamplingOptions
 from tokenmold.schemas.verdict import Partial, Usage, Verdict
-from tokenmold.service.budget_check import check_budget, request_budget
 from tokenmold.service.engine.async_engine import Engine, EngineConfig
 from tokenmold.service.engine.environment import configure_environment
 from tokenmold.service.engine.model_home import resolve_model
 from tokenmold.service.engine.model_info import ModelInfo
 from tokenmold.service.engine.sampling import to_sampling_params
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
-from tokenmold.service.fit import BudgetFitting, fitted_layout
-from tokenmold.service.jump_forward import ForcedPrefix, forced_prefix
-from tokenmold.service.loop_sites import loop_watch
-from tokenmold.service.reasoning import ReasoningParser, ReasoningStream
-from tokenmold.service.refused_calls import call_guard
-from tokenmold.service.repetition import LoopSite, LoopWatch, RepetitionGuard
+from tokenmold.service.request.budget_check import check_budget, request_budget
+from tokenmold.service.request.fit import BudgetFitting, fitted_layout
+from tokenmold.service.request.jump_forward import ForcedPrefix, forced_prefix
+from tokenmold.service.request.loop_sites import loop_watch
+from tokenmold.service.request.reasoning import ReasoningParser, ReasoningStream
+from tokenmold.service.request.refused_calls import call_guard
+from tokenmold.service.request.repetition import LoopSite, LoopWatch, RepetitionGuard
 from tokenmold.service.validation import judge
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ class RuntimeConfig:
     compile_workers: int | None = None
     #: Longest wait for a free compile worker before a 503 (``None``: ``limits.compile_timeout_s``).
     compile_queue_timeout_s: float | None = None
-    #: Take the tokens a grammar forces at the start as prompt (``service/jump_forward.py``).
+    #: Take the tokens a grammar forces at the start as prompt (``service/request/jump_forward.py``).
     jump_forward: bool = True
     #: A tool-call format by name (``tokenmold.grammar.toolformats``); ``None``: the one the chat
     #: template teaches.
@@ -66,7 +66,7 @@ class RuntimeConfig:
     #: Run the guards beside llguidance's mask (``tokenmold.grammar.guards``); off, the grammar
     #: engines get whole schemas and validation alone judges what the guards would have held.
     guards: bool = True
-    #: Stop a constrained output caught in a loop (``service/repetition.py``); ``None``: off.
+    #: Stop a constrained output caught in a loop (``service/request/repetition.py``); ``None``: off.
     repetition_guard: RepetitionGuard | None = field(default_factory=RepetitionGuard)
     #: The repeated-call guard (``service/vllm_core/repeated_calls.py``): ``on``, a call the turn or its
     #: conversation already made is not generated again; ``turn``, the turn's own calls only;
@@ -92,7 +92,7 @@ class Prompt:
     """Either chat messages (rendered with the model's chat template) or raw text.
 
     ``tools`` (OpenAI function definitions) go to the chat template, for templates that render
-    them; for those that do not, ``tokenmold.service.tools`` writes them into the messages instead.
+    them; for those that do not, ``tokenmold.service.request.tools`` writes them into the messages instead.
     """
 
     messages: list[dict[str, Any]] | None = None
@@ -105,7 +105,7 @@ class Prompt:
     #: The same request written shorter (a tool listing as one line per function), taken when this
     #: one does not fit the context.
     shorter: Prompt | None = None
-    #: The calls the conversation already made and got answers for (``service/answered_calls.py``).
+    #: The calls the conversation already made and got answers for (``service/request/answered_calls.py``).
     answered_calls: tuple[ParsedCall, ...] = ()
 
     @classmethod
@@ -355,7 +355,7 @@ class Runtime:
 
     def _loop_watch(self, compiled: CompiledShape | None, prepared: _Prepared | None = None) -> LoopWatch | None:
         """A repetition guard for a request's outputs: every constrained one but a choice (where a
-        loop counts depends on the kind: ``service/loop_sites.py``), not behind a reasoning parser
+        loop counts depends on the kind: ``service/request/loop_sites.py``), not behind a reasoning parser
         (the thinking part is free). With budget fitting the engine runs the guard itself and
         closes the value instead."""
         guard = self.config.repetition_guard

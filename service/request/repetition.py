@@ -6,7 +6,7 @@ same array element (``"id", "id", "id", …``) appended for ever. The mask canno
 step is valid), and the caller would wait for the whole budget, or the whole context when the
 request sets none. The guard watches each output's token ids as the engine streams them: when the
 last tokens are one exact cycle repeated often enough, and the place of that repeated stretch in
-the output (``service/loop_sites.py``, per kind of output) says it is a loop, the runtime aborts
+the output (``service/request/loop_sites.py``, per kind of output) says it is a loop, the runtime aborts
 the output; its verdict is ``truncated`` with ``stop_reason: "repetition"`` and the error names
 where (``LoopSite``).
 

@@ -36,8 +36,8 @@ from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.openai import ChatMessage
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Verdict
-from tokenmold.service.refused_calls import call_guard
-from tokenmold.service.runtime import GenerationResult, Prompt, Runtime, StreamDelta
+from tokenmold.service.request.refused_calls import call_guard
+from tokenmold.service.request.runtime import GenerationResult, Prompt, Runtime, StreamDelta
 
 
 def answered_calls(messages: Sequence[ChatMessage]) -> tuple[ParsedCall, ...]:

@@ -1,0 +1,15 @@
+"""The request path, in the process that serves requests: from a shape and a prompt to the engine's
+outputs and their verdict.
+
+``runtime`` is the one path the CLI, the Python API and the HTTP app call: the budget check
+(``budget_check``), the tokens a grammar forces taken as prompt (``jump_forward``), budget fitting
+(``fit``), the reasoning parser's split (``reasoning``), the repetition guard placed per kind of
+output (``repetition``, ``loop_sites``), and what the repeated-call guard watches and refused
+(``refused_calls``); OpenAI's function calling and custom tools become shapes and messages here
+(``tools``, ``custom_tools``), and an answered call is decoded again (``answered_calls``).
+
+Separate from ``service/engine`` (once per engine, before the first request) and from
+``service/vllm_core`` (inside vLLM's engine core): this package runs once per request. One module
+runs in the engine core too: ``repetition``'s detector, which budget fitting's mask consults
+there; it imports nothing else of the service, so the engine core loads no more of this package.
+"""
