@@ -123,7 +123,7 @@ class BenchEngine(ABC):
 def first_objection(schema: dict[str, Any] | bool, text: str) -> VerdictError | None:
     """The validation layer's first objection to ``text`` as output of ``schema`` (``None``: valid);
     raises when the validator cannot handle the schema."""
-    from tokenmold.service.validation import check_json
+    from tokenmold.service.validation.verdicts import check_json
 
     errors = check_json(text, schema)[1]
     return errors[0] if errors else None

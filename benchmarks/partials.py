@@ -25,9 +25,9 @@ from typing import Any
 from tokenmold.grammar import Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.service.engine.async_engine import EngineConfig
-from tokenmold.service.partials.judge import PartJudge
-from tokenmold.service.partials.stream import with_partials
 from tokenmold.service.request.runtime import Prompt, Runtime, RuntimeConfig
+from tokenmold.service.validation.partials.judge import PartJudge
+from tokenmold.service.validation.partials.stream import with_partials
 
 #: Answers with many small parts (the judge's worst case per token) and a nested one.
 REQUESTS: list[tuple[str, str, dict[str, Any]]] = [

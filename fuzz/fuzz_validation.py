@@ -10,8 +10,8 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["tokenmold.service.validation"]):
-    from tokenmold.service.validation import check_json
+with atheris.instrument_imports(include=["tokenmold.service.validation.verdicts"]):
+    from tokenmold.service.validation.verdicts import check_json
 
 from harness import mutate, run, seed_schemas
 

@@ -59,7 +59,7 @@ class SamplingOptions(BaseModel):
     partials: bool = Field(
         default=False,
         description="Streaming a JSON answer: each member and element, the moment it closes, judged against the "
-        "schema that applies where it sits (service/partials).",
+        "schema that applies where it sits (service/validation/partials).",
     )
     stop_on_invalid: bool = Field(
         default=False,

@@ -444,7 +444,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 async def _print_partials(runtime, prompt, shape, sampling, options):  # -> Verdict
     """``generate --partials``: one JSON line per part as it closes, then one with the verdict."""
-    from tokenmold.service.partials.answers import partial_answers
+    from tokenmold.service.validation.partials.answers import partial_answers
 
     async for step in partial_answers(runtime, prompt, shape, sampling, options):
         for part in step.partials:

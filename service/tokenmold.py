@@ -23,8 +23,8 @@ from tokenmold.grammar import CompileOptions, Shape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Verdict
 from tokenmold.service.engine.warm_up import warm_up
-from tokenmold.service.partials.answers import PartialAnswer, partial_answers
 from tokenmold.service.request.runtime import GenerationResult, Prompt, Runtime, RuntimeConfig
+from tokenmold.service.validation.partials.answers import PartialAnswer, partial_answers
 
 T = TypeVar("T")
 

@@ -207,7 +207,7 @@ def test_a_loop_inside_a_value_makes_the_output_close(vocab, table) -> None:
 def test_fitted_random_walks_of_tool_calls_end_as_valid_calls(vocab, table) -> None:
     from tokenmold.grammar.tools import Tool
     from tokenmold.service.request.fit import _fit_target
-    from tokenmold.service.validation import check_tool_calls
+    from tokenmold.service.validation.verdicts import check_tool_calls
 
     tools = [
         Tool("get_weather", PERSON),
@@ -349,7 +349,7 @@ def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -
 @pytest.mark.parametrize("answer", [None, REPLY], ids=["text", "json"])
 def test_fitted_random_walks_under_auto_end_within_their_budget(vocab, table, answer) -> None:
     from tokenmold.service.request.fit import _fit_target
-    from tokenmold.service.validation import check_tool_calls
+    from tokenmold.service.validation.verdicts import check_tool_calls
 
     compiled = _auto(vocab, answer=answer)
     fitting = Fitting(_fit_target(compiled), table)
@@ -365,7 +365,7 @@ def test_a_call_begun_in_free_text_closes_within_the_budget(vocab, table) -> Non
     """The walk starts with a call's trigger written (its 7 tokens paid from the budget of 45): the call
     must close in the tokens left."""
     from tokenmold.service.request.fit import _fit_target
-    from tokenmold.service.validation import check_tool_calls
+    from tokenmold.service.validation.verdicts import check_tool_calls
 
     compiled = _auto(vocab)
     fitting = Fitting(_fit_target(compiled), table)

@@ -17,7 +17,7 @@ from tokenmold.grammar.fit.coverage import first_gap
 from tokenmold.grammar.fit.patterns import FORMATS, string_rule
 from tokenmold.grammar.fit.schema import FitSchema
 from tokenmold.grammar.fit.tracker import Tracker
-from tokenmold.service.validation import check_json
+from tokenmold.service.validation.verdicts import check_json
 
 TIME = {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$"}
 PHONE = {"type": "string", "pattern": "^\\+[0-9 ]{6,20}$"}

@@ -17,7 +17,7 @@ from tokenmold.grammar.toolformats import HERMES
 from tokenmold.schemas.openai import ChatCompletionRequest, CompletionRequest
 from tokenmold.service.api.translate import chat_plan, completion_plan
 from tokenmold.service.errors import RequestError
-from tokenmold.service.validation import check_schema_tags
+from tokenmold.service.validation.verdicts import check_schema_tags
 
 MODEL = SimpleNamespace(vocab_size=49152, template_renders_tools=False, tool_format=HERMES)
 LARK = 'start: "Answer: " WORD\nWORD: /[a-z]+/'

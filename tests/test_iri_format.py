@@ -1,13 +1,13 @@
 """The ``iri`` formats as RFC 3987 writes them: URI syntax with ``ucschar`` where an unreserved
-character may stand, ``iprivate`` in the query only (service/iri_format.py)."""
+character may stand, ``iprivate`` in the query only (service/validation/iri_format.py)."""
 
 from __future__ import annotations
 
 import jsonschema
 import pytest
 
-from tokenmold.service.iri_format import is_iri, is_iri_reference
-from tokenmold.service.json_validator import format_checker
+from tokenmold.service.validation.iri_format import is_iri, is_iri_reference
+from tokenmold.service.validation.json_validator import format_checker
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from strategies import exploration_settings, semantic_schemas
 from benchmarks.bitmasks import new_bitmask, random_walk
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError
 from tokenmold.grammar.json_pointer import read_token
-from tokenmold.service.validation import check_json
+from tokenmold.service.validation.verdicts import check_json
 
 WALKS = 4
 MAX_TOKENS = 48

@@ -19,12 +19,12 @@ from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, VerdictStatus
 from tokenmold.service.errors import RequestError
-from tokenmold.service.partials.answers import PartialAnswers
-from tokenmold.service.partials.judge import PartJudge
-from tokenmold.service.partials.scanner import JsonScanner
-from tokenmold.service.partials.stream import with_partials
 from tokenmold.service.request.runtime import StreamDelta
-from tokenmold.service.validation import judge
+from tokenmold.service.validation.partials.answers import PartialAnswers
+from tokenmold.service.validation.partials.judge import PartJudge
+from tokenmold.service.validation.partials.scanner import JsonScanner
+from tokenmold.service.validation.partials.stream import with_partials
+from tokenmold.service.validation.verdicts import judge
 
 # ---------------------------------------------------------------- the scanner
 

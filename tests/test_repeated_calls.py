@@ -30,7 +30,7 @@ from tokenmold.service.request.answered_calls import answered_calls
 from tokenmold.service.request.refused_calls import call_guard
 from tokenmold.service.request.runtime import Completion, GenerationResult, Prompt, StreamDelta
 from tokenmold.service.request.tools import tool_answer
-from tokenmold.service.validation import judge
+from tokenmold.service.validation.verdicts import judge
 from tokenmold.service.vllm_core.repeated_calls import RepeatedCallGuard, ends_with_repeat
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

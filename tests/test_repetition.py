@@ -15,7 +15,7 @@ from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.verdict import Usage, VerdictStatus
 from tokenmold.service.request.loop_sites import loop_watch, open_values
 from tokenmold.service.request.repetition import CallRef, CycleRule, Loop, LoopSite, RepetitionGuard
-from tokenmold.service.validation import judge
+from tokenmold.service.validation.verdicts import judge
 
 GUARD = RepetitionGuard()
 ANY_JSON = Shape.from_json_schema(True)

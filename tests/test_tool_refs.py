@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from tokenmold.grammar import Shape, ShapeCompiler
 from tokenmold.grammar.toolformats import HERMES, tool_format
 from tokenmold.grammar.tools import Tool, ToolCalls
-from tokenmold.service.validation import check_tool_calls
+from tokenmold.service.validation.verdicts import check_tool_calls
 
 
 class Unit(enum.Enum):

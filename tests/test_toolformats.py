@@ -17,7 +17,7 @@ from tokenmold.schemas.openai import ChatMessage, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.request.fit import fitted_layout
 from tokenmold.service.request.tools import chat_messages, tool_answer
-from tokenmold.service.validation import check_tool_calls
+from tokenmold.service.validation.verdicts import check_tool_calls
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "chat_templates"
 WEATHER = {

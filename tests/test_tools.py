@@ -16,7 +16,7 @@ from tokenmold.schemas.openai import ChatMessage, NamedToolChoice, ToolDefinitio
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.errors import RequestError
 from tokenmold.service.request.tools import chat_messages, tool_answer, tool_shape
-from tokenmold.service.validation import check_tool_calls
+from tokenmold.service.validation.verdicts import check_tool_calls
 
 WEATHER = {
     "type": "object",

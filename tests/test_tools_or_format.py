@@ -18,7 +18,7 @@ from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.api.translate import chat_plan
 from tokenmold.service.errors import RequestError
 from tokenmold.service.request.tools import tool_answer, tool_shape, tools_or_format
-from tokenmold.service.validation import check_tool_calls
+from tokenmold.service.validation.verdicts import check_tool_calls
 
 WEATHER = {
     "type": "object",

@@ -9,7 +9,7 @@ from pydantic import BaseModel, field_validator
 
 from tokenmold.grammar import Shape, ShapeCompiler
 from tokenmold.schemas.verdict import Usage, VerdictStatus
-from tokenmold.service.validation import check_json, judge
+from tokenmold.service.validation.verdicts import check_json, judge
 
 USAGE = Usage(prompt_tokens=5, completion_tokens=7, total_tokens=12)
 SCHEMA = {
@@ -108,7 +108,7 @@ def test_invalid_outputs_name_keyword_and_pointer(compiler, text, keyword, path)
 def test_formats_are_checked(fmt: str, bad: str, good: str) -> None:
     # MaskBench found a date-time "January 1, 2022" accepted: jsonschema skips a format whose
     # checker package is missing (date-time, uri...), so those packages are dependencies (the iri
-    # formats: service/iri_format.py).
+    # formats: service/validation/iri_format.py).
     schema = {"type": "string", "format": fmt}
     assert [e.keyword for e in check_json(json.dumps(bad), schema)[1]] == ["format"]
     assert check_json(json.dumps(good), schema)[1] == []

@@ -26,9 +26,9 @@ from tokenmold.service.api.metrics import CLIENT_GONE, Metrics
 from tokenmold.service.api.settings import ServerSettings
 from tokenmold.service.api.translate import Plan, unaccepted
 from tokenmold.service.errors import ModelNotFound, RequestError, Unaccepted
-from tokenmold.service.partials.stream import with_partials
 from tokenmold.service.request import answered_calls
 from tokenmold.service.request.runtime import GenerationResult, Runtime, StreamDelta
+from tokenmold.service.validation.partials.stream import with_partials
 
 T = TypeVar("T")
 

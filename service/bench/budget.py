@@ -32,7 +32,7 @@ from tokenmold.service.bench.extraction_tasks import TASKS, ExtractionTask
 from tokenmold.service.engine.async_engine import EngineConfig
 from tokenmold.service.errors import BudgetTooSmall
 from tokenmold.service.request.runtime import Prompt, Runtime, RuntimeConfig
-from tokenmold.service.validation import check_json
+from tokenmold.service.validation.verdicts import check_json
 
 FRACTIONS = (0.3, 0.5, 0.7, 1.0)
 MODES = ("default", "fit", "vllm-json")

@@ -32,7 +32,7 @@ from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.grammar.toolformats.base import call_prefix
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.service.request.repetition import CallRef, Locate, Loop, LoopSite, LoopWatch, RepetitionGuard
-from tokenmold.service.validation import schema_tag_spans
+from tokenmold.service.validation.verdicts import schema_tag_spans
 
 #: JSON characters that end a scalar value (outside strings).
 _STRUCTURAL = frozenset("{}[],:")

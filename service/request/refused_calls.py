@@ -5,7 +5,7 @@ The guard itself runs in vLLM's engine core, beside the tool grammar (``service/
 says what it does and why). A request's side is here, in the process that serves it: ``call_guard``
 decides what the guard watches (sent to the engine with the grammar's spec), and
 ``first_refused`` finds the call it refused in the finished text, for the verdict
-(``service/validation.py``) and for the turn decoded again (``service/request/answered_calls.py``).
+(``service/validation/verdicts.py``) and for the turn decoded again (``service/request/answered_calls.py``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ from tokenmold.service.request.loop_sites import loop_watch
 from tokenmold.service.request.reasoning import ReasoningParser, ReasoningStream
 from tokenmold.service.request.refused_calls import call_guard
 from tokenmold.service.request.repetition import LoopSite, LoopWatch, RepetitionGuard
-from tokenmold.service.validation import judge
+from tokenmold.service.validation.verdicts import judge
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -188,7 +188,7 @@ class StreamDelta:
     prompt_tokens: int = 0
     #: The tokens the thinking took so far, its end marker included.
     reasoning_tokens: int = 0
-    #: The members and elements that closed in this piece, judged (``service/partials``).
+    #: The members and elements that closed in this piece, judged (``service/validation/partials``).
     partials: list[Partial] = field(default_factory=list)
 
 

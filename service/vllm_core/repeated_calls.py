@@ -17,7 +17,7 @@ written, not after: a token may finish the end and begin the next call at once (
 ``</tool_call``, where calls follow each other with nothing between them), and the end of
 sequence could then no longer follow. The service then drops the repeat: the calls before it are the answer
 (``finish_reason: "tool_calls"``), and the verdict says ``stop_reason: "repeated_call"``
-(``service/validation.py``). Streaming holds a call back while it could still be a repeat
+(``service/validation/verdicts.py``). Streaming holds a call back while it could still be a repeat
 (``ToolCallStream``), so the repeat is never sent. What a request asks the guard to watch, and
 which call it refused, are read in the process that serves the request
 (``service/request/refused_calls.py``).

@@ -31,9 +31,9 @@ from tokenmold.grammar.structural_tag import schema_tags
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
 from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
-from tokenmold.service.json_validator import schema_validator
 from tokenmold.service.request.refused_calls import first_refused
 from tokenmold.service.request.repetition import LoopSite
+from tokenmold.service.validation.json_validator import schema_validator
 
 #: At most this many errors are listed in one verdict.
 MAX_ERRORS = 20

@@ -1,7 +1,7 @@
 """Each closed part of one streamed JSON answer, judged against the schema that applies where it sits.
 
 The scanner (``scanner.py``) says which member or element closed; the locator (``locator.py``)
-which schemas apply there; the validation layer's own validator (``service/validation.py``: the
+which schemas apply there; the validation layer's own validator (``service/validation/verdicts.py``: the
 schema's draft, formats checked, patterns read as the normalizer reads them) checks the value
 against each, with the resolver of its place so that ``$ref`` resolves as in the final verdict.
 A part is judged once, when it closes; an owner's keywords (``uniqueItems`` across its elements,
@@ -17,9 +17,9 @@ from jsonschema import ValidationError
 
 from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.schemas.verdict import Partial, VerdictError, VerdictStatus
-from tokenmold.service.partials.locator import Applicable, Locator
-from tokenmold.service.partials.scanner import ClosedValue, JsonScanner
-from tokenmold.service.validation import parse_json, validator_of, verdict_errors
+from tokenmold.service.validation.partials.locator import Applicable, Locator
+from tokenmold.service.validation.partials.scanner import ClosedValue, JsonScanner
+from tokenmold.service.validation.verdicts import parse_json, validator_of, verdict_errors
 
 
 class PartJudge:

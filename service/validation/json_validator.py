@@ -19,7 +19,7 @@ from jsonschema import ValidationError
 from jsonschema.validators import extend, validator_for
 
 from tokenmold.grammar.jsonschema.regex import search
-from tokenmold.service.iri_format import is_iri, is_iri_reference
+from tokenmold.service.validation.iri_format import is_iri, is_iri_reference
 
 #: The drafts that name the ``iri`` formats (jsonschema's own list).
 _IRI_DRAFTS = frozenset({jsonschema.Draft7Validator, jsonschema.Draft201909Validator, jsonschema.Draft202012Validator})

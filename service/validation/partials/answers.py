@@ -20,8 +20,8 @@ from tokenmold.grammar import CompiledShape, CompileOptions, Shape
 from tokenmold.grammar.json_pointer import read_token
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Partial, Verdict, VerdictStatus
-from tokenmold.service.partials.stream import with_partials
 from tokenmold.service.request.runtime import Prompt, Runtime, StreamDelta
+from tokenmold.service.validation.partials.stream import with_partials
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import referencing.jsonschema
 from referencing.jsonschema import DRAFT3, DRAFT4, DRAFT6, DRAFT7, DRAFT201909
 
 from tokenmold.grammar.jsonschema.regex import search
-from tokenmold.service.partials.scanner import Path
+from tokenmold.service.validation.partials.scanner import Path
 
 #: Drafts where ``$ref`` makes its siblings ignored, and those where ``items`` may be a list.
 _REF_ALONE = (DRAFT3, DRAFT4, DRAFT6, DRAFT7)
