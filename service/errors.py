@@ -1,7 +1,7 @@
 """Typed errors of the service layer (the grammar layer has its own in ``tokenmold.grammar.errors``).
 
 Mapped to HTTP statuses and CLI exit codes in one place each (``service/api/errors.py``,
-``service/cli.py``).
+``service/cli/main.py``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from tokenmold.schemas.openai import ChoiceVerdict
 
 class BadInput(Exception):
     """Anything a command-line caller got wrong: reported as one line, exit code 2. Defined here,
-    not in ``cli.py``, so that ``python -m tokenmold.service.cli`` (where that module is
-    ``__main__``) catches the same class the commands raise."""
+    with the service's other errors, not in the CLI (``service/cli/main.py``): ``serve``'s server
+    and the ``batch`` and ``ray`` commands raise it too."""
 
 
 class RequestError(Exception):

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from tokenmold.service.cli import _parser, engine_config
+from tokenmold.service.cli.main import _parser, engine_config
 from tokenmold.service.engine.async_engine import EngineConfig, vllm_engine_args
 from tokenmold.service.errors import BadInput
 

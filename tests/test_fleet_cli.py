@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from tokenmold.service.cli import _parser
+from tokenmold.service.cli.main import _parser
 from tokenmold.service.errors import BadInput
 
 

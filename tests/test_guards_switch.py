@@ -11,7 +11,7 @@ from early import EarlyWork, why_it_failed
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
 from tokenmold.grammar.guards.held_keywords import strip_bounds
-from tokenmold.service.cli import _parser
+from tokenmold.service.cli.main import _parser
 
 #: One keyword of each kind a guard holds, and an explicitly open object for the duplicate-key guard.
 GUARDED = {

@@ -18,7 +18,7 @@ before = dict(os.environ)
 import tokenmold
 from tokenmold import Shape, Verdict
 import tokenmold.grammar, tokenmold.schemas, tokenmold.service.request.runtime, tokenmold.service.api.app
-import tokenmold.service.engine.sampling, tokenmold.service.engine.async_engine, tokenmold.service.cli
+import tokenmold.service.engine.sampling, tokenmold.service.engine.async_engine, tokenmold.service.cli.main
 changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
 missing = []
 for name in ("grammar", "service", "schemas"):

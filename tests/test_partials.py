@@ -255,7 +255,7 @@ async def test_generate_partials_prints_a_json_line_per_part_then_the_verdict(ca
     from types import SimpleNamespace
 
     from tokenmold.grammar import CompileOptions
-    from tokenmold.service.cli import _print_partials
+    from tokenmold.service.cli.main import _print_partials
     from tokenmold.service.request.runtime import Prompt
 
     class Scripted:

@@ -176,7 +176,7 @@ def test_a_cut_output_is_truncated_with_stop_reason_repetition() -> None:
 def test_the_cli_option_takes_a_count_or_off() -> None:
     import argparse
 
-    from tokenmold.service.cli import _repetition_guard
+    from tokenmold.service.cli.main import _repetition_guard
 
     assert _repetition_guard("off") is None
     assert _repetition_guard("12") == RepetitionGuard(min_repeats=12)

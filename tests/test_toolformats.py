@@ -276,7 +276,7 @@ def test_validation_reads_calls_in_the_format_and_names_paths_as_written() -> No
 
 
 def test_the_model_detects_its_format_and_the_flag_overrides_it(model_path) -> None:
-    from tokenmold.service.cli import _parser
+    from tokenmold.service.cli.main import _parser
     from tokenmold.service.engine.model_info import ModelInfo
 
     assert ModelInfo.load(model_path).tool_format is HERMES

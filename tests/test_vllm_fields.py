@@ -330,7 +330,7 @@ def test_a_whitespace_pattern_is_refused_by_name_where_it_cannot_lay_json_out(
 
 
 def test_the_served_model_name_flag_takes_several_names_as_vllms_does() -> None:
-    from tokenmold.service.cli import _parser
+    from tokenmold.service.cli.main import _parser
 
     parser = _parser()
     names = ["SmolLM2-135M-Instruct", "gpt-4o-2024-08-06", "gpt-5"]

@@ -87,7 +87,7 @@ def build_server(args: argparse.Namespace) -> ServerParts:
     serve`` runs the same under Ray Serve."""
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
-    from tokenmold.service.cli import engine_config
+    from tokenmold.service.cli.main import engine_config
 
     engine = engine_config(args, reasoning_parser=args.reasoning_parser, forced_drafts=args.forced_drafts)
     runtime = Runtime(

@@ -26,7 +26,7 @@ from tokenmold.service.batch.jobs import BatchInput, ExtractSpec, Job, read_docu
 from tokenmold.service.batch.progress import ProgressBar, Tally
 from tokenmold.service.batch.results import CorruptResults, ExtractFormat, LineFormat, OpenAIFormat, ResultFile
 from tokenmold.service.batch.runner import DEFAULT_CONCURRENCY, run_jobs
-from tokenmold.service.cli import EXIT_BAD_INPUT, EXIT_INTERNAL, _one_line, _read, add_logging
+from tokenmold.service.cli.main import EXIT_BAD_INPUT, EXIT_INTERNAL, _one_line, _read, add_logging
 from tokenmold.service.errors import BadInput
 
 

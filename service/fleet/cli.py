@@ -99,7 +99,7 @@ def fleet_options(args: argparse.Namespace) -> Any:  # -> deployments.FleetOptio
     """The fleet a parsed ``ray serve``/``ray batch`` command line asks for (Ray connected)."""
     import ray
 
-    from tokenmold.service.cli import engine_config
+    from tokenmold.service.cli.main import engine_config
     from tokenmold.service.fleet.deployments import FleetOptions, passed_on_environment
 
     engine = engine_config(args, reasoning_parser=args.reasoning_parser, forced_drafts=args.forced_drafts)

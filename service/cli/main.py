@@ -531,7 +531,3 @@ def _join_the_checkout(name: str) -> None:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
-
-
-if __name__ == "__main__":
-    sys.exit(main())
