@@ -333,10 +333,10 @@ def test_arguments_are_planned_in_the_layout_the_grammar_writes(vocab) -> None:
 
 
 def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -> None:
-    from tokenmold.grammar.toolformats import FORMATS
     from tokenmold.grammar.tools import Tool
     from tokenmold.service.errors import RequestError
     from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.toolformats import FORMATS
 
     shape = Shape.from_tools(
         [Tool("f", CITY)], required=False, parallel=True, tool_format=FORMATS["llama3"], arguments_layout=ARGUMENTS

@@ -15,7 +15,7 @@ import pytest
 from tokenmold.grammar import Shape, ShapeCompiler
 from tokenmold.grammar.backends.base import CallGuardRequest, LlguidanceSpec
 from tokenmold.grammar.bitmask_rows import allowed_tokens, pack_ids
-from tokenmold.grammar.toolformats import FORMATS, HERMES, ParsedCall
+from tokenmold.grammar.toolformats import HERMES, ParsedCall
 from tokenmold.grammar.toolformats.base import first_repeat, same_call
 from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import Tool
@@ -29,6 +29,7 @@ from tokenmold.service.request import answered_calls as redecode
 from tokenmold.service.request.answered_calls import answered_calls
 from tokenmold.service.request.refused_calls import call_guard
 from tokenmold.service.request.runtime import Completion, GenerationResult, Prompt, StreamDelta
+from tokenmold.service.request.toolformats import FORMATS
 from tokenmold.service.request.tools import tool_answer
 from tokenmold.service.validation.verdicts import judge
 from tokenmold.service.vllm_core.repeated_calls import RepeatedCallGuard, ends_with_repeat

@@ -10,11 +10,11 @@ import json
 import pytest
 
 from tokenmold.grammar import Shape
-from tokenmold.grammar.toolformats import FORMATS
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.verdict import Usage, VerdictStatus
 from tokenmold.service.request.loop_sites import loop_watch, open_values
 from tokenmold.service.request.repetition import CallRef, CycleRule, Loop, LoopSite, RepetitionGuard
+from tokenmold.service.request.toolformats import FORMATS
 from tokenmold.service.validation.verdicts import judge
 
 GUARD = RepetitionGuard()

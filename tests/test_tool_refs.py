@@ -11,8 +11,9 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tokenmold.grammar import Shape, ShapeCompiler
-from tokenmold.grammar.toolformats import HERMES, tool_format
+from tokenmold.grammar.toolformats import HERMES
 from tokenmold.grammar.tools import Tool, ToolCalls
+from tokenmold.service.request.toolformats import tool_format
 from tokenmold.service.validation.verdicts import check_tool_calls
 
 

@@ -11,11 +11,12 @@ from pathlib import Path
 import pytest
 
 from tokenmold.grammar import Shape, ShapeCompiler
-from tokenmold.grammar.toolformats import FORMATS, HERMES, ToolFormat, detect_tool_format, tool_format
+from tokenmold.grammar.toolformats import HERMES, ToolFormat
 from tokenmold.grammar.tools import Tool, ToolCalls
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.request.fit import fitted_layout
+from tokenmold.service.request.toolformats import FORMATS, detect_tool_format, tool_format
 from tokenmold.service.request.tools import chat_messages, tool_answer
 from tokenmold.service.validation.verdicts import check_tool_calls
 

@@ -11,9 +11,9 @@ import json
 import jsonschema
 import pytest
 
-from tokenmold.grammar.toolformats import FORMATS
 from tokenmold.schemas.openai import ChatCompletionRequest
 from tokenmold.service.api.translate import ChatStream, chat_plan, chat_response
+from tokenmold.service.request.toolformats import FORMATS
 
 pytestmark = pytest.mark.engine
 

@@ -10,11 +10,11 @@ import json
 import pytest
 
 from tokenmold.grammar import Shape, ShapeCompiler
-from tokenmold.grammar.toolformats import FORMATS, detect_tool_format
 from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
 from tokenmold.service.errors import FitUnplannable
+from tokenmold.service.request.toolformats import FORMATS, detect_tool_format
 from tokenmold.service.request.tools import tool_answer
 
 WEATHER = {

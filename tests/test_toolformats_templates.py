@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tokenmold.grammar.toolformats import FORMATS, detect_tool_format
 from tokenmold.grammar.tools import Tool
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
+from tokenmold.service.request.toolformats import FORMATS, detect_tool_format
 from tokenmold.service.request.tools import chat_messages
 
 TEMPLATES = Path(__file__).parent / "fixtures" / "chat_templates"

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tokenmold.grammar import CompileOptions, Shape, ShapeError, ShapeKind
-from tokenmold.grammar.toolformats import CallDelta, ParsedCall, StreamPiece, ToolCallStream, ToolFormat, tool_format
+from tokenmold.grammar.toolformats import CallDelta, ParsedCall, StreamPiece, ToolCallStream, ToolFormat
 from tokenmold.grammar.tools import ToolCalls
 from tokenmold.schemas.openai import (
     AssistantMessage,
@@ -69,6 +69,7 @@ from tokenmold.service.request.custom_tools import (
     with_instruction,
 )
 from tokenmold.service.request.runtime import GenerationResult, Prompt, StreamDelta
+from tokenmold.service.request.toolformats import tool_format
 from tokenmold.service.request.tools import chat_messages, tool_answer, tool_shape, tools_or_format
 
 

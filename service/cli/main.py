@@ -307,7 +307,7 @@ def _add_chat_template(parser: argparse._ActionsContainer) -> None:
 
 
 def _add_tool_call_format(parser: argparse._ActionsContainer) -> None:
-    from tokenmold.grammar.toolformats import FORMATS
+    from tokenmold.service.request.toolformats import FORMATS
 
     either = parser.add_mutually_exclusive_group()
     either.add_argument(

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenmold.grammar.toolformats import ToolFormat, detect_tool_format, tool_format
+from tokenmold.grammar.toolformats import ToolFormat
+from tokenmold.service.request.toolformats import detect_tool_format, tool_format
 
 #: End-of-turn / end-of-text tokens of common chat templates. A model whose generation config lists
 #: only one of its two EOS tokens cannot stop at the other ("the model never stops").

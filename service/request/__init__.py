@@ -6,10 +6,13 @@ outputs and their verdict.
 (``fit``), the reasoning parser's split (``reasoning``), the repetition guard placed per kind of
 output (``repetition``, ``loop_sites``), and what the repeated-call guard watches and refused
 (``refused_calls``); OpenAI's function calling and custom tools become shapes and messages here
-(``tools``, ``custom_tools``), and an answered call is decoded again (``answered_calls``).
+(``tools``, ``custom_tools``), each in the model's tool-call format (``toolformats``: every
+format by name, and the registries' part that calls into vLLM), and an answered call is decoded
+again (``answered_calls``).
 
 Separate from ``service/engine`` (once per engine, before the first request) and from
-``service/vllm_core`` (inside vLLM's engine core): this package runs once per request. One module
-runs in the engine core too: ``repetition``'s detector, which budget fitting's mask consults
-there; it imports nothing else of the service, so the engine core loads no more of this package.
+``service/vllm_core`` (inside vLLM's engine core): this package runs once per request. Two of its
+parts run in the engine core too: ``repetition``'s detector, which budget fitting's mask consults,
+and ``toolformats``, where the repeated-call guard resolves its format by name; neither imports
+anything else of the service, so the engine core loads no more of this package.
 """

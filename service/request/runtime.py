@@ -56,7 +56,7 @@ class RuntimeConfig:
     compile_queue_timeout_s: float | None = None
     #: Take the tokens a grammar forces at the start as prompt (``service/request/jump_forward.py``).
     jump_forward: bool = True
-    #: A tool-call format by name (``tokenmold.grammar.toolformats``); ``None``: the one the chat
+    #: A tool-call format by name (``tokenmold.service.request.toolformats``); ``None``: the one the chat
     #: template teaches.
     tool_call_format: str | None = None
     #: The chat template instead of the model's own: a file, or the template itself (vLLM's

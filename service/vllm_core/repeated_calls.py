@@ -128,7 +128,7 @@ class RepeatedCallGuard:
 def run_beside(grammar: Any, request: CallGuardRequest, forced: tuple[int, ...], ll_tokenizer: Any) -> None:
     """Chain the guard ``request`` asks for beside one of the engine's llguidance grammars
     (``grammar_chain.beside``), fed first the ``forced`` tokens the prompt ends with."""
-    from tokenmold.grammar.toolformats import tool_format
+    from tokenmold.service.request.toolformats import tool_format
     from tokenmold.service.vllm_core.grammar_chain import beside
 
     fmt = tool_format(request.tool_format)

@@ -1,7 +1,7 @@
 """The model families whose formats come from the registries: each a vLLM parser name, the
 family's marker tokens, what its chat template shows, and how it writes calls into a prompt.
 
-The grammar and the parsing are the registries' (``registry.RegistryFormat``); what is written
+The grammar and the parsing are the registries' (``registry.VllmRegistryFormat``); what is written
 here is only what no registry says: which texts of a chat template tell the family (vLLM picks a
 parser by the operator's flag, never by the template), and how earlier calls look in a prompt
 whose template cannot render them (the embedded SmolLM2's: the format is then taught in the
@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from tokenmold.grammar.json_layout import ARGUMENTS
-from tokenmold.grammar.toolformats.registry import RegistryFormat
 from tokenmold.grammar.toolformats.written_tags import GRANITE_TOOL_CALL, granite_tag, pythonic_tag
+from tokenmold.service.request.toolformats.registry import VllmRegistryFormat
 
 Calls = list[tuple[str, Any]]
 
@@ -128,8 +128,8 @@ _GLM = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
 
 #: In the order detection tries them: a family whose template shows another's texts too comes
 #: before it (DeepSeek V3's template shows V3.1's markers and more; GLM's shows ``<tool_call>``).
-REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
-    RegistryFormat(
+REGISTRY_FORMATS: tuple[VllmRegistryFormat, ...] = (
+    VllmRegistryFormat(
         name="deepseek_v3",
         markers=_DEEPSEEK,
         detect=("<｜tool▁calls▁begin｜>", "```json"),
@@ -137,7 +137,7 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         call_close=_DEEPSEEK[3],
         render=_deepseek_v3,
     ),
-    RegistryFormat(
+    VllmRegistryFormat(
         name="deepseek_v31",
         markers=_DEEPSEEK,
         detect=("<｜tool▁calls▁begin｜>",),
@@ -145,14 +145,14 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         call_close=_DEEPSEEK[3],
         render=_deepseek_v31,
     ),
-    RegistryFormat(
+    VllmRegistryFormat(
         name="kimi_k2", markers=_KIMI, detect=(_KIMI[0],), call_open=_KIMI[2], call_close=_KIMI[4], render=_kimi
     ),
-    RegistryFormat(
+    VllmRegistryFormat(
         name="glm45", markers=_GLM, detect=("<arg_key>",), call_open=_GLM[0], call_close=_GLM[1], render=_glm
     ),
-    RegistryFormat(name="glm47", markers=_GLM, call_open=_GLM[0], call_close=_GLM[1], render=_glm),
-    RegistryFormat(
+    VllmRegistryFormat(name="glm47", markers=_GLM, call_open=_GLM[0], call_close=_GLM[1], render=_glm),
+    VllmRegistryFormat(
         name="minimax_m2",
         markers=("<minimax:tool_call>", "</minimax:tool_call>"),
         detect=("<minimax:tool_call>",),
@@ -160,15 +160,15 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         call_close="</invoke>",
         render=_minimax,
     ),
-    RegistryFormat(
+    VllmRegistryFormat(
         name="qwen3_coder",
         detect=("<function=", "<parameter="),
         call_open="<function=",
         call_close="</function>",
         render=_qwen_xml,
     ),
-    RegistryFormat(name="qwen3_xml", call_open="<function=", call_close="</function>", render=_qwen_xml),
-    RegistryFormat(
+    VllmRegistryFormat(name="qwen3_xml", call_open="<function=", call_close="</function>", render=_qwen_xml),
+    VllmRegistryFormat(
         name="granite",
         markers=(GRANITE_TOOL_CALL,),
         detect=(GRANITE_TOOL_CALL,),
@@ -177,7 +177,7 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         render=_granite,
         build_tag=granite_tag,
     ),
-    RegistryFormat(
+    VllmRegistryFormat(
         name="granite4",
         tag_model="hermes",
         detect=("<|start_of_role|>", "<tool_call>"),
@@ -185,7 +185,7 @@ REGISTRY_FORMATS: tuple[RegistryFormat, ...] = (
         call_close="</tool_call>",
         render=_hermes,
     ),
-    RegistryFormat(
+    VllmRegistryFormat(
         name="llama4_pythonic",
         detect=("<|header_start|>", "[func_name1("),
         call_open="[",

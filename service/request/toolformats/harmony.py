@@ -26,7 +26,7 @@ from tokenmold.grammar.toolformats.base import (
     ToolCallStream,
     partial_suffix,
 )
-from tokenmold.grammar.toolformats.registry import RegistryFormat, canonical_call, parser_request
+from tokenmold.service.request.toolformats.registry import VllmRegistryFormat, canonical_call, parser_request
 
 RECIPIENT = "to=functions."
 MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|call|>", "<|return|>")
@@ -40,20 +40,18 @@ def _render(calls: list[tuple[str, Any]]) -> str:
 
 
 @dataclass(frozen=True)
-class HarmonyFormat(RegistryFormat):
+class HarmonyFormat(VllmRegistryFormat):
     name: str = "openai"
     markers: tuple[str, ...] = MARKERS
     detect: tuple[str, ...] = ("<|channel|>", "<|message|>")
     call_open: str = RECIPIENT
     render: Any = field(default=_render, compare=False)
 
-    def structural_tag(self, tools: Any, *, required: bool, parallel: bool) -> dict[str, Any]:
-        if self.tag:
-            return dict(json.loads(self.tag))
+    def registry_tag(self, tools: Any, *, required: bool, parallel: bool) -> dict[str, Any]:
         import vllm.parser.harmony  # noqa: F401  (registers the "harmony" builder)
 
         # One call per turn in Harmony's tag: parallel_tool_calls changes nothing.
-        return super().structural_tag(tools, required=required, parallel=True)
+        return super().registry_tag(tools, required=required, parallel=True)
 
     def split(self, text: str) -> SplitText:
         """The final channel is the content; each message to ``functions.NAME`` a call. A last call
@@ -129,7 +127,7 @@ def _harmony_parser() -> Any:
     from vllm.parser.harmony import HarmonyParser
     from vllm.tool_parsers.gptoss_tool_parser import GptOssToolParser
 
-    class WithTools(HarmonyParser):  # type: ignore[misc]
+    class WithTools(HarmonyParser):
         tool_parser_cls = GptOssToolParser
 
     return WithTools(_HarmonyTokenizer(), None)
