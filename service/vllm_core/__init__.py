@@ -11,8 +11,9 @@ class path from the speculative config). What each patch assumes of vLLM is ``vl
 
 Kept apart from the API process's packages (``engine``, ``request``, ``validation``, ``api``,
 ``cli``) so that the engine core loads none of them and the HTTP app none of this: the import
-contracts in pyproject.toml (``lint-imports``) check both directions. The API process reaches in
-at two points only, both named there: the engine checks and installs the patches in its own
-process first (a vLLM mismatch is then one line before anything is spawned), and it writes the
-grammar store's settings under the key the engine core reads (``xgrammar_store``).
+contracts in pyproject.toml (``lint-imports``) check both directions. The serving process
+reaches in at two points only, both named there: it checks and installs the patches in its own
+process first (a vLLM mismatch is then one line, before anything is spawned), and it writes the
+grammar store's settings under the key the engine core reads (``xgrammar_store``). Two parts of
+``service/request`` run here too (the repetition guard's detector, the tool-call formats by name).
 """
