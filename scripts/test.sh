@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Command 2 of the README: set up, then the linter, the formatter check, the type checker, the
-# import contracts and the whole test suite (unit + end-to-end on the real engine), which prints
-# its 15 slowest tests so that the suite's time budget (15 minutes of pytest time on 2 cores) stays
-# in sight. Extra arguments go to pytest:
+# import contracts, the dependency check and the whole test suite (unit + end-to-end on the real
+# engine), which prints its 15 slowest tests so that the suite's time budget (15 minutes of pytest
+# time on 2 cores) stays in sight. Extra arguments go to pytest:
 #   ./scripts/test.sh -m "not engine"     # the fast lane (no vLLM engine start), ~3 min
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +21,7 @@ fi
 .venv/bin/ruff format --check .
 .venv/bin/mypy
 .venv/bin/lint-imports  # which process's code may import which ([tool.importlinter])
+.venv/bin/deptry .  # every package the product imports is declared, none unused ([tool.deptry])
 
 # The tests run as a user's machine has it, not as this one's: HOME a fresh folder of a usual
 # length (19 characters; /home/alice.smith has 17), so TOKENMOLD_HOME, Ray's and vLLM's paths
