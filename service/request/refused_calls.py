@@ -1,11 +1,12 @@
 """The repeated-call guard on the request's side: what a request asks it to watch, and which call
 it refused.
 
-The guard itself runs in vLLM's engine core, beside the tool grammar (``service/vllm_core/repeated_calls.py``
-says what it does and why). A request's side is here, in the process that serves it: ``call_guard``
-decides what the guard watches (sent to the engine with the grammar's spec), and
-``first_refused`` finds the call it refused in the finished text, for the verdict
-(``service/validation/verdicts.py``) and for the turn decoded again (``service/request/answered_calls.py``).
+The guard itself runs in vLLM's engine core, beside the tool grammar
+(``service/vllm_core/repeated_calls.py`` says what it does and why). A request's side is here, in
+the process that serves it: ``call_guard`` decides what the guard watches (sent to the engine with
+the grammar's spec), and ``first_refused`` finds the call it refused in the finished text, for the
+verdict (``service/validation/verdicts.py``) and for the turn decoded again
+(``service/request/answered_calls.py``).
 """
 
 from __future__ import annotations

@@ -9,11 +9,12 @@ its structured-output backend and fills the bitmasks: the grammar chain beside e
 (``xgrammar_store``) and the forced-token proposer (``forced_drafts``, which vLLM loads by its
 class path from the speculative config). What each patch assumes of vLLM is ``vllm_contract``.
 
-Kept apart from the API process's packages (``engine``, ``request``, ``validation``, ``api``,
-``cli``) so that the engine core loads none of them and the HTTP app none of this: the import
-contracts in pyproject.toml (``lint-imports``) check both directions. The serving process
-reaches in at two points only, both named there: it checks and installs the patches in its own
-process first (a vLLM mismatch is then one line, before anything is spawned), and it writes the
-grammar store's settings under the key the engine core reads (``xgrammar_store``). Two parts of
-``service/request`` run here too (the repetition guard's detector, the tool-call formats by name).
+Kept apart from the serving process's packages (``engine``, ``request``, ``validation``, ``api``,
+``cli``): the engine core loads none of them but two modules of ``service/request`` that import
+nothing else of the service (the repetition guard's detector, the tool-call formats by name), and
+the HTTP app loads none of this; the import contracts in pyproject.toml (``lint-imports``) check
+both directions. The serving process reaches in at two points only, both named there: it checks
+and installs the patches in its own process first (a vLLM mismatch is then one line, before
+anything is spawned), and it writes the grammar store's settings under the key the engine core
+reads (``xgrammar_store``).
 """
