@@ -250,15 +250,19 @@ def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(early_work: E
 def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(server: LiveServer) -> None:
     """The module's last test: the module's server is ended by it."""
     model = server.model_id()
+
+    def running_now() -> float:
+        return _metrics(server)["tokenmold_engine_requests_running"]
+
+    _wait_for(lambda: running_now() == 0, seen=lambda: f"(requests left from before: {running_now()})")
     # Long enough (400 tokens each) that the three surely overlap on a cold, busy machine.
-    _wait_for(lambda: _metrics(server)["tokenmold_engine_requests_running"] == 0)  # nothing left from before
     in_flight = [
         _in_background(lambda: _chat(server, {"ignore_eos": True}, max_tokens=400, timeout_s=180)) for _ in range(3)
     ]
     running: list[float] = []
 
     def all_three_run_or_one_ended() -> bool:
-        running.append(_metrics(server)["tokenmold_engine_requests_running"])
+        running.append(running_now())
         return running[-1] == 3 or any(in_flight)
 
     def seen() -> str:
