@@ -2,10 +2,10 @@
 
 tokenmold's processes build large long-lived structures on their first grammar request (the
 vocabulary, llguidance's tokenizer, the guards' per-vocabulary tables and the formats' rows). Every
-full collection afterwards walks all of them again: in a benchmark worker holding them, one cost
-187 ms, charged to whichever compile or mask it landed in (MaskBench's all-file compile p99 went
-from 73 to 191 ms on that alone). ``gc.freeze`` moves everything alive to a permanent
-generation that collections skip; objects made later are collected as usual. vLLM does the same
+full collection afterwards walks all of them again, a pause charged to whichever compile or mask
+it lands in, large enough to set the compile p99 (docs/operations.md, "Install"). ``gc.freeze``
+moves everything alive to a permanent generation that collections skip; objects made later are
+collected as usual. vLLM does the same
 after its own start (``vllm.utils.gc_utils.freeze_gc_heap``), before tokenmold's warm-up builds
 its tables, so tokenmold freezes again after the warm-up: in the server's process
 (``service/engine/warm_up.py``) and in the engine core's (``service/vllm_core/vllm_plugin.py``, after the first

@@ -9,7 +9,7 @@ applied first by vLLM), through tokenmold with the same layout but unbounded str
 plus time to first token with a cold and a warm grammar cache, and what jump-forward gives on a
 one-tool call (latency with and without taking the forced prefix as prompt); each figure is the
 median of ``--repeats`` runs, the modes interleaved, and the constrained/unconstrained ratio is also
-given per repeat (one repeat's ratio swings ±10 % on 2 shared cores), with the median of those and
+given per repeat (one repeat's ratio swings widely on shared cores), with the median of those and
 its 95 % interval. The same constrained workload also goes
 through the HTTP server (B concurrent ``/v1/chat/completions`` requests over loopback, the app of
 ``tokenmold serve`` under uvicorn on this process's event loop and on the same engine), run as one
@@ -52,7 +52,7 @@ LONG_SCHEMA: dict[str, Any] = {
 }
 
 #: The same layout with an unbounded ``name``: inside a bounded string llguidance walks the token
-#: trie for every mask (about 150 µs a mask here, 8 µs without the bound), so the pair of
+#: trie for every mask (many times an unbounded string's mask), so the pair of
 #: workloads shows what a ``maxLength`` costs on top of structure.
 UNBOUNDED_SCHEMA: dict[str, Any] = {
     **LONG_SCHEMA,
@@ -242,7 +242,7 @@ def _row(runs: dict[str, list[float]]) -> dict[str, Any]:
         if "tokenmold" in median:
             # Each repeat's tokenmold run against the same repeat's unconstrained run (the first of
             # its repeat, at most an HTTP run between them): the host's drift between repeats
-            # (±10 % on 2 shared cores) then cancels out of each ratio.
+            # (large on shared cores) then cancels out of each ratio.
             ratios = [c / u for c, u in zip(runs["tokenmold"], runs["unconstrained"], strict=True)]
             row |= _paired("ratio", ratios)
     if "http" in median:

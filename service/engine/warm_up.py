@@ -1,15 +1,14 @@
 """One constrained request at startup, so that the first client does not pay the engine's one-offs.
 
 An engine builds several things on its first grammar request, not at start: vLLM's structured
-output backend and llguidance's tokenizer (~500 ms on the embedded model, 2 cores, and ~150 ms more
-for tokenmold's slices, ``grammar/backends/llguidance_slices.py``), the length guard's
-per-vocabulary table on the first bounded string (~200 ms), the pattern guard's on the first
-string with an anchored counted pattern (~150 ms, ``grammar/guards/anchored_pattern.py``) and the rows of
-the formats it holds on the first ``uri``, ``email`` or ``hostname`` (~300, 40 and 50 ms,
-``grammar/guards/string_format.py``), budget fitting's tables on the first ``budget: "fit"`` request
-(~600 ms, engine and verdict side). Measured on the first request of each kind against the next
-one of the same kind with a new schema. The warm-up request below has all of these (a bounded
-string, a counted pattern, the three formats, an explicitly open object for the duplicate-key
+output backend and llguidance's tokenizer (and tokenmold's slices,
+``grammar/backends/llguidance_slices.py``), the length guard's per-vocabulary table on the first
+bounded string, the pattern guard's on the first string with an anchored counted pattern
+(``grammar/guards/anchored_pattern.py``) and the rows of the formats it holds on the first ``uri``,
+``email`` or ``hostname`` (``grammar/guards/string_format.py``), budget fitting's tables on the
+first ``budget: "fit"`` request (engine and verdict side). Each is a visible delay on the first
+request of its kind (measured: docs/operations.md, "Install"). The warm-up request below has
+all of these (a bounded string, a counted pattern, the three formats, an explicitly open object for the duplicate-key
 guard, fit mode), so ``tokenmold serve`` answers ``/health`` only once they are built. Then the
 heap is frozen (``service/heap.py``): collections no longer walk what the warm-up built.
 """

@@ -1,7 +1,7 @@
 """The ``iri`` and ``iri-reference`` formats, checked as RFC 3987 defines them on top of URIs.
 
 jsonschema checks these formats with the ``rfc3987-syntax`` package when it is installed, and that
-package builds an Earley parser from its grammar when it is imported: 1.4 s of CPU in every
+package builds an Earley parser from its grammar when it is imported, in every
 process that imports jsonschema (the server, each compile worker, and vLLM's engine core and
 worker, which import it through Ray), so installing it made every engine start seconds slower. It
 is not installed (``pyproject.toml`` lists jsonschema's other format packages instead), and the

@@ -4,13 +4,13 @@ For every request and step vLLM calls the grammar's ``fill_bitmask(bitmask, idx)
 worker computes the forward, and its ``accept_tokens`` after sampling, on the step's serial path;
 tokenmold wraps those (``vllm_plugin``): llguidance fills the row, then each guard (duplicate keys,
 string bounds, budget fitting) restricts it in place. At batch 64 that chain runs 64 times a step
-on the engine core's one thread, and its Python cost more than llguidance's own walk (8-12 µs a
-row against 5-8 on the ``bench e2e`` workload: ``python -m benchmarks chain``, docs/benchmarks.md).
+on the engine core's one thread, and its Python costs more than llguidance's own walk
+(``python -m benchmarks chain``; docs/benchmarks.md, "The grammar chain in the engine core").
 Three things keep it down:
 
 - ``ROWS`` (``tokenmold.grammar.bitmask_views``): vLLM fills rows of one persistent int32 tensor, step
   after step; its numpy view and data pointer are taken once, not per row and per guard
-  (``bitmask[idx].numpy()`` is ~2 µs).
+  (``bitmask[idx].numpy()`` costs more than a guard's whole step).
 - ``fill_directly``: llguidance's mask goes straight to the row's address, without
   ``llguidance.torch``'s per-call checks (made once per tensor instead).
 - ``beside`` feeds a guard the accepted tokens when its next row is filled, so its tracking runs

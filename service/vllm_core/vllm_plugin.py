@@ -67,7 +67,7 @@ def check(patches: tuple[Patch, ...] | None = None) -> None:
 
 #: Set by a process whose check passed to what it checked (``_checked_install``): the processes
 #: vLLM spawns from it (engine core, workers) inherit it and skip the same check, which reads
-#: vLLM's sources (0.8 s of CPU in each process, on the path of every engine start).
+#: vLLM's sources (most of a second of CPU in each process, on the path of every engine start).
 CHECKED_ENV = "TOKENMOLD_VLLM_PATCHES_CHECKED"
 
 
@@ -175,8 +175,8 @@ _ENGINE_WIDE_LOCK = threading.RLock()
 def _engine_wide(backend: Any, attribute: str, make: Callable[[], Any]) -> Any:
     """The engine's one ``attribute`` of ``backend``, made by ``make`` on first use. vLLM compiles
     grammars on a pool of threads and ``_rows_beside`` on another: two new shapes at once must not
-    each make their own (the llguidance tokenizer takes about a second, a table 0.1-0.5 s, and the
-    one made second would replace the first while a grammar holds it)."""
+    each make their own (each is slow to make, the llguidance tokenizer slowest, and the one made
+    second would replace the first while a grammar holds it)."""
     found = getattr(backend, attribute, None)
     if found is None:
         with _ENGINE_WIDE_LOCK:
@@ -196,8 +196,8 @@ def _rows_threads() -> ThreadPoolExecutor:
 def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[tuple[BoundTable, BoundSchema]] | None:
     """For a shape new to this engine whose bounds the bound guard holds, its pattern rows built
     in another thread while this one parses the grammar (``LLMatcher`` releases the GIL): the
-    engine's share of a new shape is the larger of the two, not their sum (measured: `vercel`
-    12.6 -> 6.9 ms, `o21420` 11.4 -> 7.4). ``None``: nothing to overlap (no bounds, or parsed)."""
+    engine's share of a new shape is the larger of the two, not their sum (docs/design.md).
+    ``None``: nothing to overlap (no bounds, or parsed)."""
     if spec.bounds is None or _prototypes(backend).holds(spec.grammar, spec.forced):
         return None
     return _rows_threads().submit(_bound_rows, backend, spec.bounds)
@@ -258,7 +258,7 @@ def _install_inline_grammar_init() -> None:
 
 
 def _init_from_prototype(manager: Any, request: Any, grammar_type: Any) -> bool:
-    """Give ``request`` its grammar at once when its prototype is parsed already (a 1 µs copy).
+    """Give ``request`` its grammar at once when its prototype is parsed already (a copy, no parse).
     Grammars not parsed yet still go to the thread, so a slow parse never stalls the engine."""
     structured = request.structured_output_request
     prototypes = getattr(manager.backend, "_tokenmold_llguidance", None)
@@ -289,7 +289,7 @@ INLINE_GRAMMAR_INIT = Patch(
 
 # --- Patch 3: bitmasks applied to 16-bit CPU logits in place --------------------------------------
 # vLLM's CPU path converts the whole bf16/fp16 logits batch to float32, runs xgrammar's kernel and
-# converts back (three passes, two allocations per step, ~8 % of the worker's time at batch 16);
+# converts back (three passes, two allocations per step: a visible share of the worker's time);
 # tokenmold.grammar.mask_apply does it in one pass over the logits seen as int16. GPU logits,
 # float32 logits and speculative decoding keep vLLM's own path.
 

@@ -2,16 +2,16 @@
 
 vLLM's engine compiles the EBNF of every xgrammar shape tokenmold sends with its own
 ``xgrammar.GrammarCompiler``, whose cache lives in the engine core's memory: after a restart, or on
-another replica, a heavy grammar takes its seconds again (an EBNF of 25 bounded strings in an open
-object: ~1.5 s here, after as long again in the service's compile worker). With a store, the
+another replica, a heavy grammar takes its seconds again, after as long again in the service's
+compile worker (docs/operations.md, "The grammar cache on disk"). With a store, the
 ``grammar-store`` patch (``service/vllm_core/vllm_plugin.py``) puts ``StoredCompiler`` in front of that
 compiler: a grammar new to this engine is loaded from the directory when one was kept there
-(``CompiledGrammar.deserialize_json``: ~0.6 s with the inflating, a third of the compile), else
+(``CompiledGrammar.deserialize_json``, with the inflating: a fraction of the compile), else
 compiled and kept, in a background thread (serializing takes as long as compiling; xgrammar and
 zlib release the GIL, so the engine's loop keeps stepping).
 
-llguidance's grammars are not kept: they parse lazily, in milliseconds (the heavy shape's JSON
-Schema: 2-9 ms, its first mask 0.3 ms), and llguidance has no serialized form of a parsed grammar.
+llguidance's grammars are not kept: they parse lazily, in milliseconds (docs/benchmarks.md,
+"Grammar cache after a restart"), and llguidance has no serialized form of a parsed grammar.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class StoredCompiler:
         self._tokenizer_info = compiler.compile_grammar('root ::= "a"').tokenizer_info
         #: The whole vocabulary and its metadata: xgrammar's own check on load compares only the
         #: metadata (vocabulary type and size, stop tokens), not the tokens. Made here, when vLLM
-        #: builds its backend (the warm-up request), not on a shape's first request (~40 ms).
+        #: builds its backend (the warm-up request), not on a shape's first request (which would wait).
         self._tokenizer_digest = hashlib.sha256(self._tokenizer_info.serialize_json().encode()).hexdigest()
 
     def compile_grammar(self, grammar: Any, **options: Any) -> Any:
