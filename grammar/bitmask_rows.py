@@ -48,8 +48,9 @@ def token_bits(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
 def any_set(words: np.ndarray) -> bool:
     """Whether any bit of a row is set, read as its bytes against a zero row's (a copy and one
     ``memcmp``). A guard's step runs right after llguidance's trie walk has evicted the caches,
-    where numpy's reduction machinery (``words.any()``) costs 5-15 µs and this 1-4 (measured on the
-    masks benchmark's walks; a memoryview comparison is slower still: it compares byte by byte)."""
+    where numpy's reduction machinery (``words.any()``) costs several times this (measured on the
+    masks benchmark's walks, docs/design.md; a memoryview comparison is slower still: it compares
+    byte by byte)."""
     return words.tobytes() != _zeros(words.nbytes)
 
 
@@ -92,8 +93,8 @@ def clear_tokens(words: np.ndarray, tokens: np.ndarray) -> bool:
 
 class FirstRow:
     """A grammar's first row, the same for every request that starts it (the matchers are copies of
-    one prototype): computed by the first request, copied by the others. llguidance took 150-300 µs
-    for it on MaskBench schemas with many keys (one of its slowest rows), a copy a microsecond."""
+    one prototype): computed by the first request, copied by the others. On MaskBench schemas with
+    many keys it is one of llguidance's slowest rows (docs/design.md); a copy is next to free."""
 
     def __init__(self) -> None:
         self._words: np.ndarray | None = None

@@ -3,9 +3,9 @@
 Matchers fill rows of one persistent int32 tensor again and again: vLLM's, step after step in the
 engine core (``service/vllm_core/grammar_chain.py``), and in process the one a benchmark or a replay hands
 every matcher it makes. Taking the tensor's numpy view and address costs torch calls that are
-cheap in a tight loop and 40-70 µs right after other work has run (cold caches: measured on the
-first fill of each fresh matcher in ``python -m benchmarks masks``, where they made most first
-fills cross 50 µs). So they are taken once and kept for the tensor last seen.
+cheap in a tight loop and slow right after other work has run (cold caches: on the first fill of
+each fresh matcher in ``python -m benchmarks masks`` they made most first fills slow masks). So
+they are taken once and kept for the tensor last seen.
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ class OutputFloor:
 
     The count is taken on first use: a token spells at least one byte, so a budget of at least the
     text's bytes holds it whatever the count, and most requests have such a budget (``fits``).
-    Counting was 5 % of a median schema's compile on MaskBench."""
+    Counting was a noticeable share of a median schema's compile on MaskBench."""
 
     #: Compact JSON text of one shortest instance (may under-count parts, see the module docstring).
     text: str
@@ -142,9 +142,9 @@ class _Shortest:
 
     Each subschema's instance is built once (memoized by identity: a schema's ``anyOf`` branches
     and ``$ref``s reach the same nodes many times, and building them afresh on every path was
-    exponential in the nesting: 60 % of compile time on MaskBench). A node reached again while it
-    is being built is a ``$ref`` cycle: that path counts as unknowable, and what was built above it
-    is not memoized (reached another way, it may be knowable)."""
+    exponential in the nesting: most of the compile time on MaskBench). A node reached again while
+    it is being built is a ``$ref`` cycle: that path counts as unknowable, and what was built above
+    it is not memoized (reached another way, it may be knowable)."""
 
     def __init__(self, root: dict[str, Any] | bool, layout: JsonLayout = COMPACT) -> None:
         self.root = root

@@ -134,8 +134,8 @@ class ShapeCompiler:
         (default): per shape, by measured capability (docs/benchmarks.md). JSON Schemas go to
         llguidance (lazy masks: milliseconds to compile where xgrammar precomputes for seconds on
         non-strict objects and long strings, and no valid instance rejected), falling back to
-        xgrammar for what llguidance refuses; tool sets too (128 functions in ~50 ms where
-        xgrammar's structural tags take over 10 s: ``tokenmold bench tools``); EBNF (xgrammar's
+        xgrammar for what llguidance refuses; tool sets too (milliseconds for 128 functions where
+        xgrammar's structural tags take seconds: ``tokenmold bench tools``); EBNF (xgrammar's
         dialect), regexes and choices go to xgrammar. Whatever this says, Lark grammars go to
         llguidance and structural tags to xgrammar: each is the one engine that reads them in full;
         so do JSON Schemas with a ``whitespace_pattern`` to llguidance, the one engine that has one.

@@ -2,11 +2,12 @@
 
 The estimate only has to separate milliseconds from seconds, and it errs toward ``CHEAP``: a wrong
 ``CHEAP`` costs one demotion in the pool (``grammar/worker.py``), a wrong ``HEAVY`` only a wait
-behind other heavy compiles. What takes seconds, as measured (docs/benchmarks.md, compile lanes):
+behind other heavy compiles. What takes seconds, as measured (docs/benchmarks.md: "Grammar engines
+on MaskBench", "Tool sets"):
 
 - xgrammar precomputing masks for a large JSON grammar (non-strict objects, long strings) or for
-  many tools (128 functions: ~10 s); llguidance builds masks lazily, so its JSON compiles are cheap
-  unless the schema text itself is large;
+  many tools (a few dozen functions time out); llguidance builds masks lazily, so its JSON
+  compiles are cheap unless the schema text itself is large;
 - bounded repetitions with large counts in a regex or EBNF (``[^"]{1,255}`` three times: past any
   timeout), which xgrammar unrolls;
 - very long choice lists.

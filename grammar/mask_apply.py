@@ -2,11 +2,11 @@
 
 vLLM's CPU path applies a grammar bitmask to bf16/fp16 logits by converting the whole logits
 batch to float32, running xgrammar's kernel and converting back (three full passes and two
-allocations per decoding step). Profiling the batch-16 constrained decode (docs/benchmarks.md)
-put that at ~8 % of the model worker's time. A 16-bit float is -inf exactly when its bit pattern
-is the dtype's -inf pattern, so the same result is one pass over the logits seen as int16: unpack
-the bits, write -inf's pattern where a bit is 0. Measured 6x faster than the conversion path on a
-16 x 49,152 batch.
+allocations per decoding step), a visible share of the model worker's time in a profile of the
+constrained decode. A 16-bit float is -inf exactly when its bit pattern is the dtype's -inf
+pattern, so the same result is one pass over the logits seen as int16: unpack the bits, write
+-inf's pattern where a bit is 0, several times faster than the conversion path (docs/benchmarks.md,
+"Bitmask application").
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def supports(logits: torch.Tensor) -> bool:
 #: A row is handled word by word when at most this share of its words need it: the words that
 #: refuse something (a row inside a string refuses few tokens, spread over a quarter of the words
 #: or less), or those that allow something (a row between keys allows few). Other rows take the
-#: whole-row pass. On MaskBench's rows (``python -m benchmarks apply``): 40 % and 58 % of them, 2 %
-#: left whole (with an eighth, the string rows were all left whole).
+#: whole-row pass. On MaskBench's rows (``python -m benchmarks apply`` reports the shares) nearly
+#: all go word by word, one way or the other; with an eighth, the string rows were all left whole.
 _SPARSE_SHARE = 0.25
 
 
@@ -106,8 +106,8 @@ def _whole_rows(batch: _Batch, which: np.ndarray | slice) -> None:
 
     Without a branch per logit: each bit becomes an int16 of all ones (allowed) or zeros, and a
     logit becomes ``(logit & keep) | (-inf & ~keep)``, three vector passes. ``np.putmask`` with the
-    bits as its condition cost 3-6x more on rows that mix allowed and refused tokens word by word
-    (a bounded string's row: tokens too long for the characters left are everywhere), where its
+    bits as its condition cost several times more on rows that mix allowed and refused tokens word
+    by word (a bounded string's row: tokens too long for the characters left are everywhere), where its
     branch cannot be predicted."""
     bits = np.unpackbits(batch.masks[which].view(np.uint8), axis=1, bitorder="little", count=batch.width)
     keep = np.negative(bits.view(np.int8), dtype=np.int16)

@@ -10,8 +10,9 @@ Layout: ``DIR/<namespace>/<digest>.grammar``, where the digest is the SHA-256 of
 the namespace, the key (what the compile depends on: shape, options, tokenizer) and the versions
 of tokenmold and the grammar engines (``engine_versions``). A file is a format line, a JSON header
 line (the key itself, namespace, versions: a reader checks the file is its key's, not only its
-hash's) and the zlib-compressed payload (level 1: the 30 MB JSON of a heavy xgrammar grammar takes
-9 MB, 0.3 s to deflate and 0.1 s to inflate).
+hash's) and the zlib-compressed payload (level 1: a heavy xgrammar grammar's JSON shrinks to under
+a third, and inflating it is a small part of loading; docs/benchmarks.md, "Grammar cache after a
+restart").
 
 Safety: a file is written to a temporary name in its own directory, then renamed over the final
 name (``os.replace``, atomic on POSIX filesystems and NFS): a reader sees a whole file or none, and

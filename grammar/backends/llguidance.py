@@ -211,7 +211,7 @@ class LLGuidanceBackend(Backend):
 
     def compile_json_schema(self, schema: dict[str, Any] | bool, options: JsonOptions) -> LLGuidanceCompiled:
         """Compile llguidance's JSON grammar directly (``grammar_from_json_schema``; through Lark's
-        ``%json`` the same schema costs ~0.5 ms more to parse, measured on MaskBench), with the
+        ``%json`` the same schema costs measurably more to parse on MaskBench), with the
         layout options in the schema's ``x-guidance``.
 
         Two options cannot be honoured as xgrammar honours them. llguidance has no switch for

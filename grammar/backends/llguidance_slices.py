@@ -8,8 +8,8 @@ slices are JSON string content (``[^"\\\\\\x00-\\x1F\\x7F]`` runs of 1-10, 1-30 
 so inside a plain or ``maxLength``-bounded string a mask costs a few microseconds. A string whose
 ``pattern`` or ``format`` allows only letters and digits (``^[0-9A-Za-z]{1,64}$``, an e-mail's
 local part, a URI's scheme) subsumes none of them, and every mask at a state llguidance meets for
-the first time walks every alphanumeric token: 70-150 µs on the embedded model's 49,152 tokens, a
-large share of tokenmold's slow masks on MaskBench (docs/benchmarks.md).
+the first time walks every alphanumeric token: a slow mask, and a large share of tokenmold's slow
+masks on MaskBench (docs/design.md).
 
 ``with_tokenmold_slices`` puts runs of letters and digits first (each token joins the first slice
 whose regex it matches, so these take the alphanumeric tokens out of the defaults), in lengths that
@@ -19,14 +19,14 @@ of tokens with any slices (llguidance only takes a slice it has proved contained
 tests/test_llguidance_slices.py compares them position by position); what changes is how much of
 the trie each mask walks.
 
-Each slice is also a lexeme of every grammar llguidance parses with that tokenizer, so the ten cost
-about 170 µs of every grammar's parse (a median MaskBench schema's, measured: 0.90 against 0.73 ms;
+Each slice is also a lexeme of every grammar llguidance parses with that tokenizer, so the ten add
+a noticeable share to every grammar's parse (docs/design.md; ``python -m benchmarks tokenizers``,
 docs/benchmarks.md). ``LLTokenizers`` keeps a second tokenizer and gives a grammar the
 sliced one only where a slice can pay. A JSON Schema grammar none of whose strings is narrower than
 JSON string content parses with the other, whose one slice is string content of any length: every
 string there is unbounded (``maxLength`` sends a grammar to the sliced tokenizer), so llguidance's
 bounded content slices (1-10 and 1-30 characters) and its whitespace (compact JSON has none) would
-only be parsed, never used (55 µs more a grammar).
+only be parsed, never used (time added to every grammar's parse).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ ALNUM_SLICES = (
 
 def with_tokenmold_slices(ll_tokenizer: Any) -> Any:
     """``ll_tokenizer`` (an ``llguidance.LLTokenizer``) with ``ALNUM_SLICES`` before llguidance's
-    general slices: a new tokenizer, whose slices take about 150 ms to build on the embedded model's
-    vocabulary (once per process, inside the startup warm-up)."""
+    general slices: a new tokenizer, whose slices take a noticeable time to build on a vocabulary
+    (once per process, inside the startup warm-up)."""
     import llguidance
 
     return ll_tokenizer.with_slices([*ALNUM_SLICES, *llguidance.LLTokenizer.general_slices()])

@@ -1,7 +1,7 @@
 """The tool-call grammar as llguidance Lark text: compiled lazily, so 128 tools cost milliseconds.
 
 xgrammar builds a tool set as a structural tag and precomputes every function's JSON grammar
-against the vocabulary before the first mask (10 s and more for 128 modest tools, measured by
+against the vocabulary before the first mask (seconds for a large set of modest tools, measured by
 ``tokenmold bench tools``); llguidance parses the same set into an Earley grammar and computes masks
 on demand. The calls are written in the model's own syntax (``calls.tool_format.syntax``: the
 function's name in the call's begin, the arguments object, the call's end, a separator between

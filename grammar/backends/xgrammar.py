@@ -100,8 +100,8 @@ class XGrammarCompiled(CompiledGrammar):
         self.compiled = compiled
         #: The grammar as parsed, before compiling: what the engine is given. The compiled one's
         #: print (``compiled.grammar``: rules inlined, strings merged) compiles again into far more
-        #: states: the 25-string open object took the engine 2-3x as long, and 75 MB serialized
-        #: instead of 31 MB (``python -m benchmarks grammar_store``).
+        #: states: the grammar-store bench's open object took the engine several times as long to
+        #: compile and serialized far larger (``python -m benchmarks grammar_store``).
         self.source = source
 
     def matcher(self) -> XGrammarMatcher:

@@ -2,15 +2,15 @@
 
 Inside a string whose pattern is anchored at both ends and counts (``^[0-9A-Za-z]{8}-…-[0-9A-Za-z]{12}$``),
 llguidance walks its token trie at every position its slices do not cover (near the end of a
-counted run, where each position is a new lexer state): 60-150 µs a mask on MaskBench, and paid
-again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
+counted run, where each position is a new lexer state): slow masks on MaskBench (docs/design.md),
+paid again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
 grammar costs the same). Such a pattern's states are few and recur across outputs, so
 the work is done once per pattern instead: the pattern's automaton (``automaton``) is run
 over every token of the vocabulary from every state at once, and each state keeps the packed row of
 the tokens that can go on from it (states that allow the same tokens share one: a count's states
 farther from its end than the longest token). The string compiles without its ``pattern``
-(``tokenmold.grammar.guards.held_keywords.strip_bounds``: llguidance's plain string costs 3-8 µs a mask) and the
-bound guard ANDs the row of the state the content so far reached: a step is one AND.
+(``tokenmold.grammar.guards.held_keywords.strip_bounds``: llguidance's plain string is a fast
+mask) and the bound guard ANDs the row of the state the content so far reached: a step is one AND.
 
 A token is judged by the characters it writes into the string (JSON escapes decoded): one that
 stays inside the string must leave the automaton alive; one that closes it must end in a final
@@ -247,7 +247,8 @@ class PatternTokens:
 
     def _lookup(self, machine: Automaton) -> np.ndarray:
         """Each character's class in ``machine``, by index (0: padding): ASCII ones from its table,
-        the others ``rest`` but those it names (the embedded 447: 0.03 ms, against 0.1 one at a time)."""
+        the others ``rest`` but those it names (the embedded 447 at once, faster than one at a
+        time)."""
         codes = self._texts.codes
         lookup: np.ndarray = np.full(len(codes), machine.rest, dtype=np.int64)
         lookup[0] = 0
@@ -270,9 +271,9 @@ def _gathered(combos: np.ndarray, table: np.ndarray) -> np.ndarray:
         packed: np.ndarray = np.packbits(flags, axis=1, bitorder="little").view(np.int32)
         return packed
     # Token-major: eight tokens a byte, each of the eight gathered for all rows at once
-    # (little-endian bits; np.packbits along the tokens of this layout reads across rows: 8x
-    # slower), eight rows a 64-bit word: a flag is 0 or 1 in its byte, so shifting the word by
-    # at most 7 moves each byte's bit within its byte (2.5-3x faster than shifting bytes).
+    # (little-endian bits; np.packbits along the tokens of this layout reads across rows: several
+    # times slower), eight rows a 64-bit word: a flag is 0 or 1 in its byte, so shifting the word by
+    # at most 7 moves each byte's bit within its byte (faster than shifting bytes).
     rows = table.shape[1]
     words = np.ascontiguousarray(np.pad(table, ((0, 0), (0, -rows % 8)))).view(np.uint64)
     octets = combos.reshape(-1, 8)
@@ -292,14 +293,14 @@ def _scattered(tokens: np.ndarray, combos: np.ndarray, table: np.ndarray, size: 
     return packed
 
 
-#: Up to this many distinct rows a pattern's rows are gathered and packed one at a time (a third
-#: of the token-major layout's time for one row, 5 % less for seven on `o21850`'s pattern; past
+#: Up to this many distinct rows a pattern's rows are gathered and packed one at a time (faster
+#: than the token-major layout for one row, still a little for seven on `o21850`'s pattern; past
 #: about twelve it costs more).
 _ROW_BY_ROW = 8
 
 #: Fewer texts run than one in this many tokens: their tokens' flags are set alone (a uuid's
-#: pattern lets a few hundred texts past its first character: 0.03 against 0.26 ms gathering
-#: every token's).
+#: pattern lets a few hundred texts past its first character: an order of magnitude faster than
+#: gathering every token's).
 _SPARSE = 8
 
 

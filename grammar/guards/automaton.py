@@ -48,7 +48,7 @@ class CharAutomaton:
     rest: int
     #: Whether the construction merged states at a universal position (``_universal_merges``):
     #: a search, whose subset construction is seldom minimal (``minimized`` then pays for itself
-    #: in the guard's rows, built per state: 18 ms for ``o21850``'s 128 states, 11 for its 82).
+    #: in the guard's rows, built per state: ``o21850``'s search builds its rows for fewer states).
     searched: bool = False
 
     @property
@@ -308,8 +308,8 @@ def minimized(machine: CharAutomaton) -> CharAutomaton:
 
     A round reads each state's block and its moves' blocks as one 64-bit hash, not as a row of
     them: a long literal takes a round per character (30 for `o21850`'s search), and comparing
-    whole rows cost 2.4 ms there against 1.3 (all 821 patterns MaskBench makes the guard hold:
-    the same automata). A collision can only merge states, so the partition found is checked:
+    whole rows was markedly slower there (all 821 patterns MaskBench makes the guard hold: the
+    same automata). A collision can only merge states, so the partition found is checked:
     a partition whose blocks are final alike and move alike (a congruence) accepts what the
     automaton accepts, and else the rounds run again over whole rows (``_sorted``)."""
     moves = np.array([[-1 if move is None else move for move in row] for row in machine.moves], dtype=np.int64)
@@ -357,7 +357,7 @@ def _refined(
 ) -> np.ndarray:
     """Moore's rounds from the partition ``block`` until a round splits no block: each state's new
     block is the rank of its ``signature`` among the distinct ones."""
-    count = len(set(block.tolist()))  # not np.unique: its first call imports numpy.ma (10 ms)
+    count = len(set(block.tolist()))  # not np.unique: its first call imports numpy.ma (slow)
     while True:
         keys = signature(block, targets)
         order = np.argsort(keys, kind="stable")

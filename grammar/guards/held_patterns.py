@@ -7,8 +7,8 @@ must be cheap. Kinds held:
 - string values whose pattern is a *line* (characters, classes and escapes in plain groups, fixed
   counts but the last) with a counted run, or with ``\\w``/``\\s``/``\\d`` (``guarded``):
   llguidance walks its token trie at every position near the end of a counted run, and reads those
-  classes as Unicode. A line's automaton has about a state a position, so a scan (~0.1 ms)
-  decides, and the automaton is built on first use;
+  classes as Unicode. A line's automaton has about a state a position, so a cheap scan decides,
+  and the automaton is built on first use;
 - string values whose pattern is any other shape (alternations, quantified groups, branches
   anchored differently: slugs, base64, ``^(a)|(b)|(c)+$``) when its automaton is small: it is built
   here, by positions and under a cap (``tokenmold.grammar.guards.automaton``), since some such
@@ -16,8 +16,8 @@ must be cheap. Kinds held:
 - the formats of ``tokenmold.grammar.guards.string_format``, whose automata are known;
 - object keys whose one ``patternProperties`` pattern is a line, counted or not, or any other
   shape with a small automaton (``.*[0-9a-f]{32}.*``), in an object that lists no properties and
-  takes no other keys (``key_pattern``): llguidance's key lexeme costs 300-400 µs a mask at every
-  position of such a key, against 5 µs for a key of ``additionalProperties``.
+  takes no other keys (``key_pattern``): llguidance's key lexeme costs a slow mask at every
+  position of such a key, many times a key of ``additionalProperties`` (docs/design.md).
 
 A search (``^.*X.*$``, how the normalizer writes an unanchored pattern) is the search guard's.
 """
@@ -125,7 +125,7 @@ def _plain_syntax(core: str) -> bool:
 
 
 #: ``\w``, ``\s``, ``\d`` and their negations, which llguidance reads as Unicode classes: its
-#: lexer then walks a large byte automaton at every new state (270-540 µs a mask in MaskBench's
+#: lexer then walks a large byte automaton at every new state (slow masks in MaskBench's
 #: ``o82674``, ``^[\w\s-]+$``), where the guard reads them as ASCII (``anchored_pattern``).
 _WIDE_CLASS = re.compile(r"(?<!\\)(?:\\\\)*\\[wWsSdD]")
 #: A quantifier: ``{n}``, ``{m,n}``, ``{m,}``, ``*``, ``+`` or ``?``.
@@ -236,7 +236,8 @@ def key_pattern(pattern: object) -> str | None:
     """``pattern`` when the guard holds it as the one ``patternProperties`` pattern of an object
     that lists no properties (``None`` otherwise): a line, counted or not, or any other shape
     whose automaton is small (``.*[0-9a-f]{32}.*``). Next to listed names the automaton's alphabet splits into a class a
-    letter, and building its rows took 1.2 s for two names (``.*[0-9a-f]{32}.*``: 110 ms alone)."""
+    letter, and building its rows took seconds for two names, an order of magnitude more than the
+    pattern alone."""
     if not isinstance(pattern, str):
         return None
     return pattern if _held(pattern, key=True) is not None else None

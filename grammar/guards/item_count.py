@@ -2,8 +2,8 @@
 
 llguidance unrolls ``maxItems: n`` into ``n`` nested optional items, and its Earley parser then
 carries every open level: on MaskBench's `Github_hard---o56011` (a ``maxItems: 254`` list of
-numbers) a mask costs 70-220 µs, growing along the list, against 2-7 µs with the bound left out
-(measured on the embedded model's vocabulary). So arrays compile without ``maxItems``
+numbers) a mask costs an order of magnitude more, growing along the list, than with the bound
+left out (docs/design.md, "What each guard holds"). So arrays compile without ``maxItems``
 (``tokenmold.grammar.guards.held_keywords.strip_bounds``) and this mask puts the bound back, on the
 bound guard's tracker: it clears, in the row llguidance filled, the tokens that would write a comma
 into an array that already holds its ``maxItems`` items (or is writing its last one).
@@ -92,8 +92,8 @@ class ItemRows:
         #: Deeper (inside an object or array item): candidates, tried on the tracker.
         self.bracket = row(closes_bracket_then_comma)
         #: Deeper, inside a string or a key: those that close it first (a bracket or comma before the
-        #: quote is content), fewer candidates to try than ``bracket`` (which costs 95 µs a
-        #: mask inside each string of a ``maxItems: 1`` list of objects, MaskBench's `o12235`).
+        #: quote is content), fewer candidates to try than ``bracket`` (which made a slow mask
+        #: inside each string of a ``maxItems: 1`` list of objects, MaskBench's `o12235`).
         self.string_bracket = row(closes_string_then_bracket_then_comma)
         #: Anywhere else (inside ``true``, an escape): every token with a comma, tried likewise.
         self.any = row(lambda data: b"," in data)

@@ -82,7 +82,8 @@ class BoundTable:
 
     def build_rows(self, schema: BoundSchema) -> None:
         """Build the rows of the patterns ``schema``'s guard holds: where a grammar compiles, so
-        that no step waits for them (10-140 ms for a new pattern, once per process)."""
+        that no step waits for them (milliseconds for a new pattern, once per process:
+        ``python -m benchmarks rows``, docs/benchmarks.md)."""
         for pattern in schema.held:
             self.patterns.rows(pattern)
 

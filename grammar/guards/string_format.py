@@ -1,10 +1,10 @@
 """The string formats the pattern guard holds: llguidance's own expressions, anchored.
 
 llguidance turns ``format: hostname``, ``email`` and ``uri`` into regular expressions whose
-counted runs and wide classes its token trie walk has no shortcut for: a mask costs 85-90 µs at
-every position of a hostname or an email, and 100-600 µs at a URI's scheme and host, 90 µs at
-every position of pydantic's ``HttpUrl`` (``uri`` with ``maxLength: 2083``), against 3-8 µs in a
-plain string (measured on the embedded model's vocabulary). Their automata are small
+counted runs and wide classes its token trie walk has no shortcut for: a mask at every position
+of a hostname, an email or pydantic's ``HttpUrl`` (``uri`` with ``maxLength: 2083``), and more at a
+URI's scheme and host, costs an order of magnitude more than in a plain string (measured on the
+embedded model's vocabulary: docs/design.md, "What each guard holds"). Their automata are small
 (250, 59 and 339 states), so the pattern guard (``tokenmold.grammar.guards.anchored_pattern``) runs them the
 way it runs a counted pattern: the string compiles without its ``format`` and the guard ANDs the
 row of the state its content reached. The expressions are llguidance's (1.7.6,

@@ -5,8 +5,8 @@ date. A pattern with no ``^`` can begin its match anywhere, so every text is the
 matching text (write the match after it): inside such a string any content is allowed, and only
 the closing quote depends on the pattern. llguidance, given the pattern, builds the search as a
 lexeme whose states are unions of all the partial matches in flight, and its token-trie walk has no
-shortcut for them: 400 µs a mask on MaskBench's `Github_easy---o12621` against 3-8 µs in the same
-string without the pattern.
+shortcut for them: on MaskBench's `Github_easy---o12621` a mask costs two orders of magnitude more
+than in the same string without the pattern (docs/design.md, "What each guard holds").
 
 So such strings compile without their ``pattern`` (``tokenmold.grammar.guards.held_keywords.strip_bounds``) and
 this mask puts it back on the bound guard's tracker: the tokens that close the string (a quote,
@@ -263,7 +263,7 @@ def decoded(raw: bytes) -> str | None:
     """A string's content from its JSON text (``None`` where it is not whole: an open escape, a
     split character)."""
     if _PLAIN.fullmatch(raw):
-        return raw.decode()  # the usual step: printable ASCII, no escapes (10x faster than json)
+        return raw.decode()  # the usual step: printable ASCII, no escapes (far faster than json)
     try:
         value = json.loads(b'"' + raw + b'"')
     except ValueError:

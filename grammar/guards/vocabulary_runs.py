@@ -21,7 +21,7 @@ import numpy as np
 def alike_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The first of each set of equal columns of ``matrix``, and each column's set: a column is
     compared as one opaque value (``np.unique(axis=1)`` compares it field by field, one field per
-    row: 200 ms for 26 columns of 31,000)."""
+    row: far slower on tables of the vocabulary's height)."""
     columns = np.ascontiguousarray(matrix.T)
     whole = columns.view(np.dtype((np.void, columns.shape[1] * columns.itemsize))).reshape(-1)
     _, first, of = np.unique(whole, return_index=True, return_inverse=True)
@@ -29,9 +29,9 @@ def alike_columns(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def sorted_distinct(values: np.ndarray) -> np.ndarray:
-    """``np.unique(values)`` by a sort: numpy 2.3's own, asked for no indices, hashes (10x slower
+    """``np.unique(values)`` by a sort: numpy 2.3's own, asked for no indices, hashes (much slower
     on the vocabulary's 338,000 character-text pairs) and imports ``numpy.ma`` on its first call
-    in a process (10 ms, paid by whichever compile first got there)."""
+    in a process (paid by whichever compile first got there)."""
     ordered = np.sort(values)
     found: np.ndarray = ordered[np.append(True, ordered[1:] != ordered[:-1])] if len(ordered) else ordered
     return found
@@ -81,8 +81,8 @@ class Trie(NamedTuple):
 #: The trie's tail begins where fewer texts than this go on (past 12 characters in the embedded
 #: vocabulary, 1,700 texts of 51,700). An automaton of fewer than ``_TAIL_STATES`` states runs them
 #: a character at a time, each on its own (three array operations a character, against a dozen a
-#: level: 25 % off ``^[^/]+$``'s run); a larger one keeps merging their prefixes level by level
-#: (run one by one, ``^.{1,256}$``'s texts cost 70 % more).
+#: level: ``^[^/]+$``'s run is faster so); a larger one keeps merging their prefixes level by level
+#: (run one by one, ``^.{1,256}$``'s texts cost more).
 _TAIL_TEXTS = 2048
 _TAIL_STATES = 64
 
@@ -337,7 +337,7 @@ _APART_DEPTH = 16
 #: A class alone (``_one_class``) is run by length where past this many of its characters some
 #: state lives and at least one text in ``_CLASS_SHARE`` begins with it (else past
 #: ``_APART_DEPTH``): measured over MaskBench's 108 held class patterns, the trie is faster on
-#: nearly all the others (digits: 0.07 ms).
+#: nearly all the others (digits among them).
 _CLASS_DEPTH = 4
 _CLASS_SHARE = 20
 
@@ -407,8 +407,8 @@ def _apart(moves: np.ndarray, lookup: np.ndarray, rest: int, texts: Trie, states
 
 
 def _median(values: np.ndarray) -> float:
-    """``np.median(values)`` without it: its first call in a process imports ``numpy.ma`` (5 ms,
-    paid by whichever compile first got there)."""
+    """``np.median(values)`` without it: its first call in a process imports ``numpy.ma`` (paid by
+    whichever compile first got there)."""
     ordered = np.sort(values)
     middle = len(ordered) // 2
     return float(ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2)
@@ -454,9 +454,9 @@ def _one_class(moves: np.ndarray, lookup: np.ndarray, read: int, texts: Trie) ->
     of ASCII characters of that class where as many characters of it lead, any other ASCII text
     nowhere, and those beyond ASCII one at a time if the class has such characters (else nowhere).
     The trie would visit every prefix of the class (``\\w``: most texts that begin without a
-    space; 1.5-2 ms a pattern). ``None`` where the class dies within ``_CLASS_DEPTH`` characters
+    space: milliseconds a pattern). ``None`` where the class dies within ``_CLASS_DEPTH`` characters
     (``^[a-z]{2}$``), or within ``_APART_DEPTH`` where few texts begin with it (``^\\d{10}$``):
-    the trie drops the texts past that at once (0.1-0.5 ms, against 0.2-0.7 here). (Where that
+    the trie drops the texts past that at once, faster than this. (Where that
     class is ``rest``, ``.`` and ``[^/]``, ``_wide`` runs the few texts it kills one at a time
     instead.)"""
     few = texts.beginning[lookup[: len(texts.beginning)] == read].sum() * _CLASS_SHARE < texts.beginning.sum()
@@ -511,7 +511,7 @@ def _joined(size: int, narrow: Runs, states: np.ndarray, wide: Runs) -> Runs:
     ends[states, count:] = narrow.ends[:, pairs // (count + 1)]
     column[narrow.texts] = count + which
     present[narrow.texts] = True
-    texts = np.flatnonzero(present)  # np.union1d hashes: 5 ms
+    texts = np.flatnonzero(present)  # np.union1d hashes: slower
     return Runs(texts, column[texts], ends)
 
 

@@ -54,8 +54,8 @@ def plain_leaf(schema: Any, known: frozenset[str]) -> dict[str, Any] | None:
     others), else ``None``.
 
     Most properties of real schemas are such leaves; merging each one (a ``Merge``, its families,
-    ``add`` and ``emit``) cost a tenth of a median MaskBench schema's normalization (173 against
-    156 µs). tests/normalize/test_normalize_properties.py checks the two agree (all 8,481 MaskBench
+    ``add`` and ``emit``) cost a visible share of a median MaskBench schema's normalization.
+    tests/normalize/test_normalize_properties.py checks the two agree (all 8,481 MaskBench
     files agreed, strict or not)."""
     if not isinstance(schema, dict):
         return None
@@ -82,9 +82,9 @@ def plain_object(schema: Any, known: frozenset[str]) -> bool:
 
     Such objects are most of a large schema's positions that are not leaves (`o3625`: 33 of 63),
     and each cost a ``Merge`` with its five families for what the normalizer now writes directly
-    (``_Normalizer._plain_object``): `o3625`'s normalization 4.6 → 3.5 ms, `vercel`'s 5.9 → 4.7,
-    all 8,481 MaskBench files' 18.5 → 16.6 s, with the same schemas, reports and errors, strict or
-    not. tests/normalize/test_normalize_properties.py checks the two agree, as for ``plain_leaf``."""
+    (``_Normalizer._plain_object``): a fifth of `o3625`'s and `vercel`'s normalization
+    (docs/design.md), with the same schemas, reports and errors, strict or not.
+    tests/normalize/test_normalize_properties.py checks the two agree, as for ``plain_leaf``."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return False
     for key in schema:

@@ -52,8 +52,8 @@ def grammar_pattern(pattern: str) -> tuple[str | None, str]:
     a group filling a whole alternative (``(^gs://(.+))|(^http://(.+))``) is hoisted out of it; one
     left inside a group leaves the pattern as written (no rewrite is faithful there). An anchored
     start whose end already takes any tail (``^gs://(.+)``) gets no ``.*``: the same language, but
-    llguidance proves its slices inside ``.+`` and not inside ``.+.*`` (11 against 350 µs a mask on
-    MaskBench's `o27402`).
+    llguidance proves its slices inside ``.+`` and not inside ``.+.*`` (fast masks against slow ones
+    on MaskBench's `o27402`; docs/design.md).
     """
     if "\x00" in pattern:
         return "NUL characters are not supported by the grammar engine", pattern
