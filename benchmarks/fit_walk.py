@@ -9,7 +9,7 @@ floor if none), and for each one walk: at every step the grammar's row (llguidan
 as the service fills it), narrowed by the budget fitter, and a token drawn uniformly among those
 left (``benchmarks.bitmasks.random_walk``: no model, the most wasteful writer there is). A
 walk must draw the end-of-sequence token within the budget, and its text must pass the validation
-layer. A shape fitting refuses up front (``tokenmold.grammar.fit.coverage``) is counted as refused,
+layer. A shape fitting refuses up front (``tokenmold.grammar.budget.coverage``) is counted as refused,
 not walked. A failure prints the schema file, the budget, the token path and the first step at
 which the plan no longer fitted. A walk that closed in time with a plan that fitted at every step
 but whose text the validator refuses is counted apart: the grammar admitted that text (a number
@@ -31,9 +31,9 @@ from benchmarks.bitmasks import new_bitmask, random_walk
 from benchmarks.corpus import BenchCase, expand_paths, load_case, sample
 from benchmarks.engines import default_tokenizer_dir, first_objection, load_vocabulary
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler, ShapeError, Vocabulary
-from tokenmold.grammar.budget import fewest_tokens
-from tokenmold.grammar.fit.coverage import first_gap
-from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
+from tokenmold.grammar.budget.coverage import first_gap
+from tokenmold.grammar.budget.fitter import Fitter, Fitting, TokenTable
+from tokenmold.grammar.budget.floor import fewest_tokens
 
 
 @dataclass

@@ -131,7 +131,7 @@ def _listed(part: dict[str, Any]) -> list[str]:
 
 
 def _silent_about_extras(parts: list[dict[str, Any]]) -> bool:
-    """Whether tokenmold's layout closes this object (``grammar/layout.py``): it lists names and no
+    """Whether tokenmold's layout closes this object (``grammar/object_keys.py``): it lists names and no
     part says anything about other keys."""
     return any(_listed(part) for part in parts) and not any(
         "additionalProperties" in part or "patternProperties" in part for part in parts

@@ -6,7 +6,7 @@ Knows nothing of vLLM, HTTP or the service; usable on its own and by the benchma
 from tokenmold.grammar.compiler import CompiledShape, CompileOptions, ShapeCompiler
 from tokenmold.grammar.errors import ShapeError
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
-from tokenmold.grammar.report import KeywordReport
+from tokenmold.grammar.report import KeywordCoverage
 from tokenmold.grammar.shape import Shape, ShapeKind
 from tokenmold.grammar.vocabulary import Vocabulary
 
@@ -14,7 +14,7 @@ __all__ = [
     "DEFAULT_LIMITS",
     "CompileOptions",
     "CompiledShape",
-    "KeywordReport",
+    "KeywordCoverage",
     "Limits",
     "Shape",
     "ShapeCompiler",

@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar.backends import get_backend
 from tokenmold.grammar.backends.base import CompiledGrammar, EngineSpec, JsonOptions
-from tokenmold.grammar.budget import OutputFloor, output_floor
+from tokenmold.grammar.budget.floor import OutputFloor, output_floor
 from tokenmold.grammar.cache import CacheStats, CompileCache
 from tokenmold.grammar.errors import CompileTimeout, LimitExceeded, ShapeError
 from tokenmold.grammar.jsonschema import normalize_schema
 from tokenmold.grammar.lanes import estimate_lane
-from tokenmold.grammar.layout import DEFAULT_MAX_EXTRA_PROPERTIES, mark_open, narrow_objects, opens_objects
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
-from tokenmold.grammar.report import KeywordReport
+from tokenmold.grammar.object_keys import DEFAULT_MAX_EXTRA_PROPERTIES, mark_open, narrow_objects, opens_objects
+from tokenmold.grammar.report import KeywordCoverage
 from tokenmold.grammar.shape import Shape, ShapeKind
 from tokenmold.grammar.store import MIN_COMPILE_S, GrammarStore
 from tokenmold.grammar.toolformats.registry import RegistryFormat
@@ -53,7 +53,7 @@ class CompileOptions:
     max_whitespace:
         Whitespace characters allowed between JSON tokens (bounded; ``0`` for compact JSON).
     max_extra_properties:
-        Keys an explicitly open object may get beyond those it lists (``tokenmold.grammar.layout``;
+        Keys an explicitly open object may get beyond those it lists (``tokenmold.grammar.object_keys``;
         an object that does not state ``additionalProperties`` gets only its listed properties).
     whitespace_pattern:
         A JSON Schema's whitespace between tokens as a regular expression (vLLM's
@@ -73,7 +73,7 @@ class CompiledShape:
     key: str
     shape: Shape
     engine_spec: EngineSpec
-    report: KeywordReport
+    report: KeywordCoverage
     #: The schema the grammar was built from (JSON shapes only).
     normalized_schema: dict[str, Any] | bool | None
     compile_ms: float
@@ -222,7 +222,7 @@ class ShapeCompiler:
 
     def _compile(self, key: str, shape: Shape, options: CompileOptions) -> CompiledShape:
         started = time.perf_counter()
-        report = KeywordReport()
+        report = KeywordCoverage()
         normalized: dict[str, Any] | bool | None = None
         # What the backend compiles: a normalized schema, tool calls, choices, or grammar text.
         payload: dict[str, Any] | bool | ToolCalls | list[str] | str
@@ -335,12 +335,12 @@ class ShapeCompiler:
 
     def _normalize(
         self, schema: dict[str, Any] | bool, *, strict: bool, options: CompileOptions
-    ) -> tuple[dict[str, Any] | bool, KeywordReport]:
+    ) -> tuple[dict[str, Any] | bool, KeywordCoverage]:
         """Normalize, then lay objects out (closed unless open by the schema's own words)."""
         result = normalize_schema(mark_open(schema), strict=strict, limits=self.limits)
         return narrow_objects(result.schema, result.report, options.max_extra_properties), result.report
 
-    def _normalize_tools(self, calls: ToolCalls, options: CompileOptions) -> tuple[ToolCalls, KeywordReport]:
+    def _normalize_tools(self, calls: ToolCalls, options: CompileOptions) -> tuple[ToolCalls, KeywordCoverage]:
         """Normalize every function's parameters under its own ``strict``; one report for all, its
         pointers (and any error's) rooted at ``/tools/<i>/parameters`` of the shape's source, and
         the answer format's (if any) at ``/answer``."""
@@ -348,7 +348,7 @@ class ShapeCompiler:
             raise LimitExceeded(
                 f"{len(calls.tools)} functions; the limit is {self.limits.max_tools}", keyword="max_tools"
             )
-        report = KeywordReport()
+        report = KeywordCoverage()
         tools = []
         for i, tool in enumerate(calls.tools):
             root = f"/tools/{i}/parameters"
@@ -396,7 +396,7 @@ class ShapeCompiler:
             self._pool.close()
 
 
-def _add_notes(report: KeywordReport, own: KeywordReport, root: str) -> None:
+def _add_notes(report: KeywordCoverage, own: KeywordCoverage, root: str) -> None:
     """Fold one schema's report into a tool set's, its pointers rooted at ``root``."""
     report.enforced |= own.enforced
     for note in own.validated_only:

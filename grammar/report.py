@@ -19,13 +19,13 @@ class KeywordNote:
 
 
 @dataclass
-class KeywordReport:
+class KeywordCoverage:
     """Collected while normalizing one schema."""
 
     enforced: set[str] = field(default_factory=set)
     validated_only: list[KeywordNote] = field(default_factory=list)
     #: Where the grammar generates less than the schema allows, by layout choice
-    #: (``tokenmold.grammar.layout``: unstated ``additionalProperties`` closed, extra keys bounded).
+    #: (``tokenmold.grammar.object_keys``: unstated ``additionalProperties`` closed, extra keys bounded).
     narrowed: list[KeywordNote] = field(default_factory=list)
     #: What only llguidance enforces (a pattern next to a format, lengths next to either, key
     #: patterns): validated only when the schema compiles with another engine (``for_engine``).
@@ -40,7 +40,7 @@ class KeywordReport:
     def narrow(self, pointer: str, keyword: str, reason: str) -> None:
         self.narrowed.append(KeywordNote(pointer, keyword, reason))
 
-    def for_engine(self, engine: str) -> KeywordReport:
+    def for_engine(self, engine: str) -> KeywordCoverage:
         """The report as the engine that compiled the schema enforces it."""
         if engine == "llguidance" or not self.llguidance_only:
             return self

@@ -13,7 +13,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tokenmold.grammar.budget import spelling_ends
+from tokenmold.grammar.budget.floor import spelling_ends
 
 if TYPE_CHECKING:
     from tokenmold.grammar.backends.llguidance_slices import LLTokenizers

@@ -20,7 +20,7 @@ from guard_paths import engine_and_local, first_refused
 from tokenmold.grammar.backends.base import JsonOptions
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend
 from tokenmold.grammar.bitmask_rows import allowed_tokens
-from tokenmold.grammar.fit.tracker import Obj, Str
+from tokenmold.grammar.budget.tracker import Obj, Str
 from tokenmold.grammar.guards import anchored_pattern
 from tokenmold.grammar.guards.anchored_pattern import _CLOSE, _EXTEND, _OPEN_ESCAPE, _read, automaton
 from tokenmold.grammar.guards.held_keywords import strip_bounds

@@ -7,7 +7,7 @@ import json
 import jsonschema
 import pytest
 
-from tokenmold.grammar.budget import fewest_tokens, output_floor
+from tokenmold.grammar.budget.floor import fewest_tokens, output_floor
 from tokenmold.grammar.jsonschema import normalize_schema
 
 SCHEMAS = [

@@ -16,10 +16,10 @@ import torch
 from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
 from tokenmold.grammar.backends.base import EngineSpec, FitRequest, LlguidanceSpec
 from tokenmold.grammar.bitmask_rows import allowed_tokens
-from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
-from tokenmold.grammar.fit.replay import FitOutcome, replay
-from tokenmold.grammar.fit.schema import FitSchema
-from tokenmold.grammar.fit.tracker import Tracker
+from tokenmold.grammar.budget.fitter import Fitter, Fitting, TokenTable
+from tokenmold.grammar.budget.replay import FitOutcome, replay
+from tokenmold.grammar.budget.schema import FitSchema
+from tokenmold.grammar.budget.tracker import Tracker
 from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.service.request.repetition import RepetitionGuard
 
@@ -206,7 +206,7 @@ def test_a_loop_inside_a_value_makes_the_output_close(vocab, table) -> None:
 
 def test_fitted_random_walks_of_tool_calls_end_as_valid_calls(vocab, table) -> None:
     from tokenmold.grammar.tools import Tool
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
     from tokenmold.service.validation.verdicts import check_tool_calls
 
     tools = [
@@ -229,7 +229,7 @@ def test_fitted_random_walks_of_tool_calls_end_as_valid_calls(vocab, table) -> N
 
 
 def test_the_outcome_lists_what_was_shortened_and_left_out() -> None:
-    from tokenmold.grammar.fit.fitter import Narrowing
+    from tokenmold.grammar.budget.fitter import Narrowing
 
     outcome = FitOutcome((Narrowing(5, "/name", ("/tags",), (("", ("age", "email")),)),))
     assert outcome.cut({"name": "A", "age": 3, "tags": []}) == ["/email", "/name", "/tags"]
@@ -241,7 +241,7 @@ def test_an_error_in_the_engine_side_fitting_leaves_the_request_to_its_grammar(v
     (it would fail every request on the engine); the row stays the grammar's."""
     from types import SimpleNamespace
 
-    from tokenmold.grammar.fit.fitter import Fitter as FitterClass
+    from tokenmold.grammar.budget.fitter import Fitter as FitterClass
     from tokenmold.service.vllm_core.vllm_plugin import _compile_llguidance, _fit_budget
 
     compiled = _compiled(vocab, PERSON)
@@ -290,7 +290,7 @@ def _auto(vocab, *, answer: dict | None = None, parallel: bool = True):
     ],
 )
 def test_free_text_ends_anywhere_and_a_call_begun_must_close(vocab, written: str, plan: str, done: bool) -> None:
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
 
     compiled = _auto(vocab)
     tracker = Tracker(FitSchema(_fit_target(compiled))).feed(written.encode())
@@ -299,7 +299,7 @@ def test_free_text_ends_anywhere_and_a_call_begun_must_close(vocab, written: str
 
 
 def test_calls_or_a_json_answer_are_told_apart_by_their_first_byte(vocab) -> None:
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
 
     compiled = _auto(vocab, answer=REPLY)
     schema = FitSchema(_fit_target(compiled))
@@ -317,7 +317,7 @@ def test_arguments_are_planned_in_the_layout_the_grammar_writes(vocab) -> None:
     between a separator's bytes, is what the grammar accepts after what was written."""
     from tokenmold.grammar.toolformats import HERMES
     from tokenmold.grammar.tools import Tool
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
 
     compiled = ShapeCompiler(vocab, isolation="inline").compile(
         Shape.from_tools([Tool("add", NESTED)], required=True, parallel=True, arguments_layout=ARGUMENTS)
@@ -335,7 +335,7 @@ def test_arguments_are_planned_in_the_layout_the_grammar_writes(vocab) -> None:
 def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -> None:
     from tokenmold.grammar.tools import Tool
     from tokenmold.service.errors import RequestError
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
     from tokenmold.service.request.toolformats import FORMATS
 
     shape = Shape.from_tools(
@@ -348,7 +348,7 @@ def test_a_format_whose_calls_begin_like_json_cannot_fit_with_an_answer(vocab) -
 
 @pytest.mark.parametrize("answer", [None, REPLY], ids=["text", "json"])
 def test_fitted_random_walks_under_auto_end_within_their_budget(vocab, table, answer) -> None:
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
     from tokenmold.service.validation.verdicts import check_tool_calls
 
     compiled = _auto(vocab, answer=answer)
@@ -364,7 +364,7 @@ def test_fitted_random_walks_under_auto_end_within_their_budget(vocab, table, an
 def test_a_call_begun_in_free_text_closes_within_the_budget(vocab, table) -> None:
     """The walk starts with a call's trigger written (its 7 tokens paid from the budget of 45): the call
     must close in the tokens left."""
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
     from tokenmold.service.validation.verdicts import check_tool_calls
 
     compiled = _auto(vocab)

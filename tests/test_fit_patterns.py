@@ -12,11 +12,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tokenmold.grammar.budget import shortest_text
-from tokenmold.grammar.fit.coverage import first_gap
-from tokenmold.grammar.fit.patterns import FORMATS, string_rule
-from tokenmold.grammar.fit.schema import FitSchema
-from tokenmold.grammar.fit.tracker import Tracker
+from tokenmold.grammar.budget.coverage import first_gap
+from tokenmold.grammar.budget.floor import shortest_text
+from tokenmold.grammar.budget.patterns import FORMATS, string_rule
+from tokenmold.grammar.budget.schema import FitSchema
+from tokenmold.grammar.budget.tracker import Tracker
 from tokenmold.service.validation.verdicts import check_json
 
 TIME = {"type": "string", "pattern": "^[0-2][0-9]:[0-5][0-9]$"}
@@ -127,7 +127,7 @@ def _case(name: str, schema: dict):
 def test_the_service_refuses_an_unplannable_shape_before_decoding(vocab) -> None:
     from tokenmold.grammar import CompileOptions, Shape, ShapeCompiler
     from tokenmold.service.errors import FitUnplannable
-    from tokenmold.service.request.fit import BudgetFitting
+    from tokenmold.service.request.budget.fitting import BudgetFitting
 
     counted = {"type": "object", "additionalProperties": {"type": "integer"}, "minProperties": 2}
     compiled = ShapeCompiler(vocab, isolation="inline").compile(Shape.from_json_schema(counted), CompileOptions())

@@ -1,4 +1,4 @@
-"""Property counts through the object layout (``grammar/layout.py``) and a real compile: the grammar
+"""Property counts through the object layout (``grammar/object_keys.py``) and a real compile: the grammar
 counts keys wherever llguidance can, and reports the counts it cannot."""
 
 from __future__ import annotations

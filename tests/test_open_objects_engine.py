@@ -1,5 +1,5 @@
 """Open objects on the real engine: 100 seeded samples of an explicitly open object, none with a
-repeated key, none with more extra keys than the layout allows (``tokenmold.grammar.layout``)."""
+repeated key, none with more extra keys than the layout allows (``tokenmold.grammar.object_keys``)."""
 
 from __future__ import annotations
 

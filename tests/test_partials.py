@@ -150,10 +150,10 @@ class _Compiled:
     """What the wrapper reads of a compiled shape: the shape and the keyword report."""
 
     def __init__(self, shape: Shape) -> None:
-        from tokenmold.grammar import KeywordReport
+        from tokenmold.grammar import KeywordCoverage
 
         self.shape = shape
-        self.report = KeywordReport()
+        self.report = KeywordCoverage()
 
 
 async def _deltas(pieces: list[str], closed: list[bool]) -> AsyncGenerator[StreamDelta, None]:

@@ -15,7 +15,7 @@ from tokenmold.grammar.toolformats import HERMES, ToolFormat
 from tokenmold.grammar.tools import Tool, ToolCalls
 from tokenmold.schemas.openai import ChatMessage, ToolDefinition
 from tokenmold.schemas.verdict import Usage, Verdict, VerdictStatus
-from tokenmold.service.request.fit import fitted_layout
+from tokenmold.service.request.budget.fitting import fitted_layout
 from tokenmold.service.request.toolformats import FORMATS, detect_tool_format, tool_format
 from tokenmold.service.request.tools import chat_messages, tool_answer
 from tokenmold.service.validation.verdicts import check_tool_calls

@@ -92,7 +92,7 @@ def test_the_calls_before_one_cut_off_stand(name) -> None:
 
 
 def test_budget_fit_is_refused_up_front_for_a_registry_format(inline) -> None:
-    from tokenmold.service.request.fit import _fit_target
+    from tokenmold.service.request.budget.fitting import _fit_target
 
     compiled = inline.compile(Shape.from_tools(TOOLS, required=True, parallel=False, tool_format=bound("kimi_k2")))
     with pytest.raises(FitUnplannable) as refused:

@@ -64,7 +64,7 @@ _FORCED_LINE = "%forced "
 
 @dataclass(frozen=True)
 class FitRequest:
-    """Budget fitting asked for (``tokenmold.grammar.fit``): the tokens the engine may generate, the
+    """Budget fitting asked for (``tokenmold.grammar.budget``): the tokens the engine may generate, the
     normalized schema the tracker follows (compact JSON), and the repetition guard's thresholds
     (``min_repeats, max_period, min_tokens``; ``None``: no guard)."""
 
@@ -113,7 +113,7 @@ class LlguidanceSpec:
     guard (``tokenmold.grammar.guards.unique_keys``) runs too, for JSON with explicitly open objects.
     ``bounds``: the normalized schema (compact JSON) whose string ``maxLength``s and array ``maxItems`` the grammar left
     out for the bound guard (``tokenmold.grammar.guards.schema_guard``) to enforce. ``fit``: the
-    budget-fitting mask (``tokenmold.grammar.fit``) runs too. ``repeated_calls``: the repeated-call
+    budget-fitting mask (``tokenmold.grammar.budget``) runs too. ``repeated_calls``: the repeated-call
     guard (``service/vllm_core/repeated_calls.py``) runs too.
     """
 

@@ -39,7 +39,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from tokenmold.grammar.bitmask_rows import any_set, clear_unless_emptied, keep_unless_emptied, pack_ids, token_bits
-from tokenmold.grammar.fit.tracker import Obj, Str, Text, Tracker
+from tokenmold.grammar.budget.tracker import Obj, Str, Text, Tracker
 from tokenmold.grammar.guards.automaton import CharAutomaton
 from tokenmold.grammar.guards.held_patterns import char_automaton, held_core
 from tokenmold.grammar.guards.item_count import closing_quote

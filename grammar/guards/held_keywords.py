@@ -214,7 +214,7 @@ def key_anchor(schema: dict[str, Any]) -> str | None:
     there): an object whose only members are those of one ``patternProperties`` pattern the guard
     holds (``tokenmold.grammar.guards.held_patterns.key_pattern``), with no ``properties`` and
     ``additionalProperties: false`` (which the layout writes where the caller's schema was silent,
-    ``tokenmold.grammar.layout``; llguidance takes a silent object as open). The grammar then
+    ``tokenmold.grammar.object_keys``; llguidance takes a silent object as open). The grammar then
     takes any key, with the pattern's schema for its value."""
     keyed = schema.get("patternProperties")
     if not _is("object", schema) or not isinstance(keyed, dict) or len(keyed) != 1 or schema.get("properties"):

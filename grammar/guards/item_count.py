@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from tokenmold.grammar.bitmask_rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack
-from tokenmold.grammar.fit.tracker import Arr, Num, Obj, Str, Tracker
+from tokenmold.grammar.budget.tracker import Arr, Num, Obj, Str, Tracker
 
 _WHITESPACE = b" \t\n\r"
 _NUMBER = b"0123456789+-.eE"

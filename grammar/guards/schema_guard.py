@@ -3,7 +3,7 @@
 ``tokenmold.grammar.guards.held_keywords`` decides which keywords a schema's grammar is built
 without (string ``maxLength``, array ``maxItems``, patterns and formats, one key pattern): where
 llguidance's masks are slow, or where its reading of a pattern differs from the validator's. This
-guard follows the output with the budget tracker (``tokenmold.grammar.fit.tracker``) over the schema
+guard follows the output with the budget tracker (``tokenmold.grammar.budget.tracker``) over the schema
 as normalized, those keywords included, and after llguidance filled a row it runs each held
 constraint on it, each in its own module: string lengths (``string_length``), item counts
 (``item_count``), unanchored patterns (``unanchored_pattern``), anchored patterns, formats and key
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from tokenmold.grammar.bitmask_rows import allowed_tokens, any_set, clear_unless_emptied
-from tokenmold.grammar.fit.schema import FitSchema
-from tokenmold.grammar.fit.tracker import Str, Tracker, is_content
+from tokenmold.grammar.budget.schema import FitSchema
+from tokenmold.grammar.budget.tracker import Str, Tracker, is_content
 from tokenmold.grammar.guards.anchored_pattern import PatternGuard, PatternTokens, ShapePatterns
 from tokenmold.grammar.guards.held_keywords import anchor, counted, key_anchor, plain_bounded, searched
 from tokenmold.grammar.guards.item_count import ItemRows, restrict_items

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tokenmold.grammar.bitmask_rows import allowed_tokens, clear_unless_emptied, keep_unless_emptied, pack
-from tokenmold.grammar.fit.tracker import Str, Tracker
+from tokenmold.grammar.budget.tracker import Str, Tracker
 
 
 def chars_opened(data: bytes) -> int:

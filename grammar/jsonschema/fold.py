@@ -8,7 +8,7 @@ of a string's constraints. For them each object's patterns are folded into
 ``additionalProperties`` (any extra key may take any pattern's schema or the additional one: that
 admits keys no pattern matches but never refuses a valid instance), and a string keeps its format,
 else its pattern, else its lengths. The compile report lists what they drop
-(``KeywordReport.for_engine``).
+(``KeywordCoverage.for_engine``).
 """
 
 from __future__ import annotations

@@ -140,7 +140,7 @@ class ObjectMerge:
             out["patternProperties"] = _uncovered({regex: _or_never(child, conj) for regex, conj in kept})
         if additional is not None:
             out["additionalProperties"] = additional
-        # On an open object too: the object layout (``grammar/layout.py``) decides whether the
+        # On an open object too: the object layout (``grammar/object_keys.py``) decides whether the
         # grammar can count its keys, and reports the counts it cannot.
         return out | self.counts.emitted("Properties")
 

@@ -34,7 +34,7 @@ from tokenmold.grammar.jsonschema.merge_objects import impossible_required
 from tokenmold.grammar.jsonschema.metaschema import LEGACY_REF, Checker, Draft, draft_of
 from tokenmold.grammar.jsonschema.refs import Resolver
 from tokenmold.grammar.limits import DEFAULT_LIMITS, Limits
-from tokenmold.grammar.report import KeywordNote, KeywordReport
+from tokenmold.grammar.report import KeywordCoverage, KeywordNote
 
 #: Output fields that hold data, not subschemas: a result made only of these is cheap to repeat.
 _LEAF_FIELDS = frozenset({"type", "enum", "const", "required", "default", "title", "description"})
@@ -48,7 +48,7 @@ class Normalized:
     """The grammar-ready schema and what the grammar does and does not enforce of the original."""
 
     schema: dict[str, Any] | bool
-    report: KeywordReport
+    report: KeywordCoverage
 
 
 def normalize_schema(
@@ -62,7 +62,7 @@ def normalize_schema(
     if schema is False:
         raise UnsatisfiableSchema("the schema is false: no value is valid", pointer="")
     if schema is True:
-        return Normalized({}, KeywordReport())
+        return Normalized({}, KeywordCoverage())
     if not isinstance(schema, dict):
         raise SchemaError("a JSON Schema must be an object or a boolean", pointer="")
     check_depth(schema, limits.max_depth)
@@ -83,7 +83,7 @@ class _Normalizer:
         self.max_repeat = limits.max_repeat
         self.strict = strict
         self.limits = limits
-        self.report = KeywordReport()
+        self.report = KeywordCoverage()
         self._notes: set[tuple[str, str]] = set()
         self.refs = Resolver(root, checker, self.legacy_ref, limits, self)
         self.alternatives = Alternatives(self.refs, limits)

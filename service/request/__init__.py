@@ -2,8 +2,8 @@
 outputs and their verdict.
 
 ``runtime`` is the one path the CLI, the Python API and the HTTP app call: the budget check
-(``budget_check``), the tokens a grammar forces taken as prompt (``jump_forward``), budget fitting
-(``fit``), the reasoning parser's split (``reasoning``), the repetition guard placed per kind of
+(``budget.check``), the tokens a grammar forces taken as prompt (``jump_forward``), budget fitting
+(``budget.fitting``), the reasoning parser's split (``reasoning``), the repetition guard placed per kind of
 output (``repetition``, ``loop_sites``), and what the repeated-call guard watches and refused
 (``refused_calls``); OpenAI's function calling and custom tools become shapes and messages here
 (``tools``, ``custom_tools``), each in the model's tool-call format (``toolformats``: every

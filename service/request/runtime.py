@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tokenmold.grammar import CompiledShape, CompileOptions, Limits, Shape, ShapeCompiler, Vocabulary
-from tokenmold.grammar.budget import fewest_tokens
+from tokenmold.grammar.budget.floor import fewest_tokens
 from tokenmold.grammar.limits import DEFAULT_LIMITS
 from tokenmold.grammar.store import GrammarStore
 from tokenmold.grammar.toolformats import ParsedCall
@@ -26,8 +26,8 @@ from tokenmold.service.engine.model_home import resolve_model
 from tokenmold.service.engine.model_info import ModelInfo
 from tokenmold.service.engine.sampling import to_sampling_params
 from tokenmold.service.errors import EngineUnavailable, PromptTooLong, RequestError
-from tokenmold.service.request.budget_check import check_budget, request_budget
-from tokenmold.service.request.fit import BudgetFitting, fitted_layout
+from tokenmold.service.request.budget.check import check_budget, request_budget
+from tokenmold.service.request.budget.fitting import BudgetFitting, fitted_layout
 from tokenmold.service.request.jump_forward import ForcedPrefix, forced_prefix
 from tokenmold.service.request.loop_sites import loop_watch
 from tokenmold.service.request.reasoning import ReasoningParser, ReasoningStream
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from vllm import SamplingParams
 
     from tokenmold.grammar.backends.base import CallGuardRequest, EngineSpec
-    from tokenmold.grammar.fit.replay import FitOutcome
+    from tokenmold.grammar.budget.replay import FitOutcome
 
 
 logger = logging.getLogger("tokenmold")

@@ -23,14 +23,13 @@ from typing import Any
 
 import jsonschema
 
-from tokenmold.grammar import CompiledShape, KeywordReport, ShapeKind
+from tokenmold.grammar import CompiledShape, KeywordCoverage, ShapeKind
 from tokenmold.grammar.backends.base import CallGuardRequest
-from tokenmold.grammar.fit.replay import FitOutcome
+from tokenmold.grammar.budget.replay import FitOutcome
 from tokenmold.grammar.json_pointer import pointer_to
 from tokenmold.grammar.structural_tag import schema_tags
 from tokenmold.grammar.tools import ToolCalls
-from tokenmold.schemas.verdict import KeywordReport as KeywordReportModel
-from tokenmold.schemas.verdict import Partial, Usage, Verdict, VerdictError, VerdictStatus
+from tokenmold.schemas.verdict import KeywordReport, Partial, Usage, Verdict, VerdictError, VerdictStatus
 from tokenmold.service.request.refused_calls import first_refused
 from tokenmold.service.request.repetition import LoopSite
 from tokenmold.service.validation.json_validator import schema_validator
@@ -52,7 +51,7 @@ def judge(
 ) -> Verdict:
     """The verdict on one generated text. ``looping_at``: where the repetition guard
     (``service/request/repetition.py``) cut the output; the verdict is then truncated.
-    ``fit``: what budget fitting did to the output (``tokenmold.grammar.fit.replay``); an accepted
+    ``fit``: what budget fitting did to the output (``tokenmold.grammar.budget.replay``); an accepted
     output it changed is ``fitted``, with ``cut``. ``repeated_calls``: what the repeated-call guard
     (``service/vllm_core/repeated_calls.py``) watched in the output; a call that repeats an earlier one, or
     one the conversation already answered, ended the turn, which is judged as the calls before it
@@ -354,10 +353,10 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _report_model(report: KeywordReport) -> KeywordReportModel:
+def _report_model(report: KeywordCoverage) -> KeywordReport:
     """The compile's keyword report as the verdict carries it: from the report's own ``as_dict``,
     so that the two cannot drift apart (a copy of it here once left out ``narrowed``)."""
-    return KeywordReportModel.model_validate(report.as_dict())
+    return KeywordReport.model_validate(report.as_dict())
 
 
 def judge_stopped(text: str, *, compiled: CompiledShape, usage: Usage, part: Partial) -> Verdict:

@@ -550,13 +550,13 @@ def _guard_bounds(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
 
 
 def _fit_budget(backend: Any, grammar: Any, spec: LlguidanceSpec) -> None:
-    """Run the budget-fitting mask (``tokenmold.grammar.fit``) next to ``grammar`` when its spec
+    """Run the budget-fitting mask (``tokenmold.grammar.budget``) next to ``grammar`` when its spec
     asks for it: it follows the accepted tokens (after the forced ones the prompt ends with) and,
     after the grammar, the key guard and the bound guard filled a row, clears the bits of the
     tokens after which the output could no longer close within the request's budget."""
     import json
 
-    from tokenmold.grammar.fit.fitter import Fitter, Fitting, TokenTable
+    from tokenmold.grammar.budget.fitter import Fitter, Fitting, TokenTable
     from tokenmold.service.request.repetition import RepetitionGuard
 
     fit = spec.fit

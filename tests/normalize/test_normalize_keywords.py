@@ -162,7 +162,7 @@ def test_multiple_of_next_to_bounds_is_reported() -> None:
 
 
 def test_property_counts_on_an_open_object_are_kept_for_the_layout_to_judge() -> None:
-    # Whether a grammar can count them depends on the layout (grammar/layout.py, tests/test_layout.py).
+    # Whether a grammar can count them depends on the layout (grammar/object_keys.py, tests/test_layout.py).
     schema = {"type": "object", "properties": {"a": {}}, "minProperties": 1, "maxProperties": 3}
     out = normalize_schema(schema)
     assert out.schema == schema

@@ -16,7 +16,7 @@ from tokenmold.grammar import CompiledShape
 from tokenmold.schemas.sampling import SamplingOptions
 from tokenmold.schemas.verdict import Usage, VerdictStatus
 from tokenmold.service.errors import RequestError
-from tokenmold.service.request.budget_check import request_budget
+from tokenmold.service.request.budget.check import request_budget
 from tokenmold.service.request.runtime import StreamDelta
 from tokenmold.service.validation.partials.judge import PartJudge
 from tokenmold.service.validation.verdicts import judge_stopped

@@ -28,10 +28,10 @@ from typing import Any, Protocol
 import numpy as np
 
 from tokenmold.grammar.bitmask_rows import allowed_tokens, any_set, clear_packed, clear_tokens, pack, token_bits
-from tokenmold.grammar.budget import fewest_tokens, spelling_ends
-from tokenmold.grammar.fit.schema import FitSchema
-from tokenmold.grammar.fit.string_content import ShapedContent, shaped
-from tokenmold.grammar.fit.tracker import Arr, Free, Num, Obj, Str, Text, Tracker, is_content
+from tokenmold.grammar.budget.floor import fewest_tokens, spelling_ends
+from tokenmold.grammar.budget.schema import FitSchema
+from tokenmold.grammar.budget.string_content import ShapedContent, shaped
+from tokenmold.grammar.budget.tracker import Arr, Free, Num, Obj, Str, Text, Tracker, is_content
 from tokenmold.grammar.vocabulary import llguidance_tokens
 
 #: More allowed tokens than this outside a string are not tried one by one (the step is left to

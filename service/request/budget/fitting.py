@@ -1,5 +1,5 @@
 """Budget fitting on the request path: what a ``budget: "fit"`` request asks of the engine, and what
-the budget did to each of its outputs (``tokenmold.grammar.fit`` holds the logic itself).
+the budget did to each of its outputs (``tokenmold.grammar.budget`` holds the logic itself).
 
 The engine runs the mask (``service/vllm_core/vllm_plugin.py``); this side builds the request's spec line and,
 once an output is back, replays it through the same grammar and ``Fitter`` for the verdict's
@@ -19,10 +19,10 @@ from typing import Any
 from tokenmold.grammar import CompiledShape, Shape, ShapeKind, Vocabulary
 from tokenmold.grammar.backends.base import EngineSpec, FitRequest
 from tokenmold.grammar.backends.llguidance import LLGuidanceBackend, LLGuidanceCompiled
-from tokenmold.grammar.fit.coverage import first_gap
-from tokenmold.grammar.fit.fitter import Fitting, TokenTable
-from tokenmold.grammar.fit.replay import FitOutcome, replay
-from tokenmold.grammar.fit.schema import CallLayout, first_byte_kinds
+from tokenmold.grammar.budget.coverage import first_gap
+from tokenmold.grammar.budget.fitter import Fitting, TokenTable
+from tokenmold.grammar.budget.replay import FitOutcome, replay
+from tokenmold.grammar.budget.schema import CallLayout, first_byte_kinds
 from tokenmold.grammar.guards.unique_keys import KeyGuard, TokenIndex
 from tokenmold.grammar.json_layout import ARGUMENTS
 from tokenmold.grammar.toolformats.registry import RegistryFormat
@@ -151,7 +151,7 @@ def _calls_layout(calls: ToolCalls) -> Any:
     if calls.arguments_layout is None:
         raise RequestError(
             "budget 'fit' with tools needs the arguments in one layout: compile the shape for fitting "
-            "(tokenmold.service.request.fit.fitted_layout)",
+            "(tokenmold.service.request.budget.fitting.fitted_layout)",
             param="budget",
         )
     if calls.tool_format.control_tokens:

@@ -2,7 +2,7 @@
 
 Inside a plain string the fitter prices content tokens by how many characters they add
 (``Fitter._string_content``). Inside a string held by a pattern or a format
-(``tokenmold.grammar.fit.patterns``), or one that may still be an enum member or free text, the
+(``tokenmold.grammar.budget.patterns``), or one that may still be an enum member or free text, the
 plan depends on the automaton state the token reaches, or on the enum members it still
 continues: up to every token of the vocabulary is allowed there (a search pattern ``^.*X.*$``),
 and planning each one would cost a second a step. So tokens are keyed by what the plan reads, per
@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from tokenmold.grammar.fit.patterns import StringRule, Unplannable, decoded, string_rule
-from tokenmold.grammar.fit.tracker import Str, _json
+from tokenmold.grammar.budget.patterns import StringRule, Unplannable, decoded, string_rule
+from tokenmold.grammar.budget.tracker import Str, _json
 
 #: (pattern rule, state) pairs whose next states are kept per shape (an int32 per token each).
 MOST_KEPT = 256

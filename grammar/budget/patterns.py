@@ -10,7 +10,7 @@ backward breadth-first search over (state, characters written up to ``minLength`
 is read greedily, at each step the first class in a fixed preference order whose move lowers the
 distance by one. Reading it so makes the completion the preference-least shortest one, so a prefix
 of it leads to a state whose completion is the rest: the consistency the fitter's mask relies on
-(``tokenmold.grammar.fit.tracker``'s docstring). Each class is written as one representative
+(``tokenmold.grammar.budget.tracker``'s docstring). Each class is written as one representative
 character: one JSON writes unescaped and that tokenizes alone (letters, then digits from ``1``:
 a date's year ``0000`` is valid for the grammar but not for Python's date parser, which the
 validator uses), else a JSON escape.
@@ -20,7 +20,7 @@ The formats are the ones the grammar enforces (``GRAMMAR_FORMATS``), as llguidan
 (``tokenmold.grammar.guards.string_format``). interegular, which reads the patterns, builds no
 automaton lazily and has no shortest-path search, hence this module. A string whose automaton
 cannot be built under the caps (or that is no ``^X$``) has no ``StringRule``: a shape holding one
-is refused for fitting up front (``tokenmold.grammar.fit.coverage``).
+is refused for fitting up front (``tokenmold.grammar.budget.coverage``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from typing import Any
 
 from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.walk import DATA, MAPS, rewrite_schemas
-from tokenmold.grammar.report import KeywordReport
+from tokenmold.grammar.report import KeywordCoverage
 
 #: Extra keys an explicitly open object may get, by default (``CompileOptions.max_extra_properties``).
 DEFAULT_MAX_EXTRA_PROPERTIES = 8
@@ -52,13 +52,13 @@ def _said_open(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def narrow_objects(schema: Any, report: KeywordReport, max_extra: int) -> Any:
+def narrow_objects(schema: Any, report: KeywordCoverage, max_extra: int) -> Any:
     """The normalized ``schema`` with the layout above applied; notes go into ``report``."""
     return _Narrowing(report, max_extra).node(schema, "")
 
 
 class _Narrowing:
-    def __init__(self, report: KeywordReport, max_extra: int) -> None:
+    def __init__(self, report: KeywordCoverage, max_extra: int) -> None:
         self.report = report
         self.max_extra = max_extra
 
@@ -116,7 +116,7 @@ class _Narrowing:
             )
 
 
-def opens_objects(report: KeywordReport) -> bool:
+def opens_objects(report: KeywordCoverage) -> bool:
     """Whether the laid-out schema has an explicitly open object (its keys need the key guard)."""
     return any(note.keyword == "maxProperties" or note.reason == _UNBOUNDED for note in report.narrowed)
 

@@ -1,11 +1,11 @@
 """Where a JSON output stands in its schema, and the shortest bytes that finish it from there.
 
-The budget-fitting mask (``tokenmold.grammar.fit.fitter``) asks, for a state and for the state
+The budget-fitting mask (``tokenmold.grammar.budget.fitter``) asks, for a state and for the state
 after each candidate token, how many tokens the cheapest valid completion needs. This module
 answers the first half: a byte-level JSON scanner over the normalized schema (the one the grammar
 was built from) whose ``plan()`` is the shortest completion: an open escape or UTF-8 sequence
 completed, the open string closed (after its ``minLength``, the shortest enum member it has
-begun, or the shortest text its pattern or format still takes: ``tokenmold.grammar.fit.patterns``),
+begun, or the shortest text its pattern or format still takes: ``tokenmold.grammar.budget.patterns``),
 numbers ended, the required members still missing written at their shortest, arrays given
 their ``minItems``, every bracket closed.
 
@@ -27,9 +27,9 @@ from collections.abc import Iterable
 from functools import lru_cache, partial
 from typing import Any, NamedTuple, Protocol
 
-from tokenmold.grammar.fit.numbers import finish_number
-from tokenmold.grammar.fit.patterns import Unplannable, string_rule
-from tokenmold.grammar.fit.schema import Candidate, FitSchema, Untracked, first_byte_kinds
+from tokenmold.grammar.budget.numbers import finish_number
+from tokenmold.grammar.budget.patterns import Unplannable, string_rule
+from tokenmold.grammar.budget.schema import Candidate, FitSchema, Untracked, first_byte_kinds
 from tokenmold.grammar.json_layout import COMPACT, JsonLayout
 from tokenmold.grammar.json_pointer import pointer_token
 from tokenmold.grammar.jsonschema.regex import search

@@ -20,7 +20,7 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from tokenmold.grammar.fit.schema import Candidate
+from tokenmold.grammar.budget.schema import Candidate
 
 #: Digits a completion may append to one part (integer or fraction).
 MOST_DIGITS = 24

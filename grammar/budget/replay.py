@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tokenmold.grammar.fit.fitter import Fitter, Fitting, LoopDetector, Narrowing
+from tokenmold.grammar.budget.fitter import Fitter, Fitting, LoopDetector, Narrowing
 from tokenmold.grammar.json_pointer import pointer_token, read_token
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from tokenmold.grammar.fit.patterns import Unplannable, string_rule
-from tokenmold.grammar.fit.schema import CALLS_KEY
+from tokenmold.grammar.budget.patterns import Unplannable, string_rule
+from tokenmold.grammar.budget.schema import CALLS_KEY
 from tokenmold.grammar.json_pointer import pointer_token
 
 #: Keywords whose value is a list of subschemas, or a map of them.

@@ -8,7 +8,7 @@ The floor is built from the normalized schema as one concrete shortest instance 
 only, ``minItems`` items, ``minLength`` characters, the shortest match of a string's ``pattern`` or
 enforced ``format``, the shortest enum member or branch), written as compact JSON and tokenized at
 its cheapest (fewest tokens, any spelling the vocabulary allows). Its strings are the ones the
-budget-fitting tracker plans (``tokenmold.grammar.fit.patterns``), so floor and plan agree. Where a
+budget-fitting tracker plans (``tokenmold.grammar.budget.patterns``), so floor and plan agree. Where a
 keyword makes the shortest instance unknowable here (a pattern with no small automaton, an
 ``allOf`` left after normalization, a ``$ref`` cycle), the part is under-counted, never
 over-counted: an unresolvable part counts as the shortest JSON value. So the floor refuses only
@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
-from tokenmold.grammar.fit.patterns import Unplannable, string_rule
+from tokenmold.grammar.budget.patterns import Unplannable, string_rule
 from tokenmold.grammar.json_layout import COMPACT, JsonLayout
 from tokenmold.grammar.json_pointer import read_token
 
@@ -277,7 +277,7 @@ class _Shortest:
 
 def _shortest_string(schema: dict[str, Any]) -> str:
     """``minLength`` characters, or the shortest text a pattern or format takes (the one the
-    budget-fitting tracker plans: ``tokenmold.grammar.fit.patterns``)."""
+    budget-fitting tracker plans: ``tokenmold.grammar.budget.patterns``)."""
     try:
         rule = string_rule(schema)
     except Unplannable as exc:

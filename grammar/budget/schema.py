@@ -5,7 +5,7 @@ type lists spread out, so that each candidate holds one JSON type. The tracker n
 the output commits (the first byte of a value fixes its type; an object's keys rule out the
 candidates that cannot hold them) and prices the rest by the cheapest candidate left.
 
-A value not yet started is priced by its shortest instance (``tokenmold.grammar.budget``'s
+A value not yet started is priced by its shortest instance (``tokenmold.grammar.budget.floor``'s
 builder: required members only, ``minItems`` items, ``minLength`` characters, the shortest enum
 member). Everything here is memoized by node identity: one ``FitSchema`` serves every request of a
 shape, in the engine, for the life of the shape's grammar.
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tokenmold.grammar.budget import shortest_text
+from tokenmold.grammar.budget.floor import shortest_text
 from tokenmold.grammar.json_layout import ARGUMENTS, COMPACT, JsonLayout
 from tokenmold.grammar.json_pointer import read_token
 from tokenmold.grammar.jsonschema.atoms import json_atom
