@@ -9,6 +9,7 @@ takes the engine process killed (503 at once, exit status 1).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -16,6 +17,7 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -75,11 +77,11 @@ def _metrics(server: LiveServer) -> dict[str, float]:
     return values
 
 
-def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0, seen: Callable[[], str] = str) -> None:
-    """Poll ``condition``; past the deadline, fail with what ``seen`` says was observed."""
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail past the deadline."""
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, f"the server never reached the expected state {seen()}"
+        assert time.monotonic() < deadline, "the server never reached the expected state"
         time.sleep(0.05)
 
 
@@ -247,31 +249,64 @@ def test_engine_death_is_503_at_once_and_the_server_exits_non_zero(early_work: E
         assert response.json()["error"]["code"] == "engine_unavailable"
 
 
+@dataclass
+class _Stream:
+    """A streamed chat completion read in a thread: when its first token came, when it ended, and
+    how it ended. Streaming tells the test that a request is in the engine (its first token came)
+    without racing a gauge against a fast machine's decoding."""
+
+    first_token: threading.Event = field(default_factory=threading.Event)
+    ended_at: float | None = None
+    status: int | None = None
+    completion_tokens: int | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _stream_in_background(server: LiveServer, max_tokens: int) -> _Stream:
+    body = {
+        "model": server.model_id(),
+        "messages": [{"role": "user", "content": "Tell a very long story."}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    stream = _Stream()
+
+    def target() -> None:
+        try:
+            with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=180) as response:
+                stream.status = response.status_code
+                for line in response.iter_lines():
+                    if not line.startswith("data: {"):
+                        continue
+                    chunk = json.loads(line.removeprefix("data: "))
+                    if chunk.get("choices"):
+                        stream.first_token.set()
+                    if chunk.get("usage"):
+                        stream.completion_tokens = chunk["usage"]["completion_tokens"]
+        except Exception as exc:
+            stream.error = exc
+        finally:
+            stream.ended_at = time.monotonic()
+            stream.first_token.set()
+            stream.done.set()
+
+    threading.Thread(target=target, daemon=True).start()
+    return stream
+
+
 def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(server: LiveServer) -> None:
     """The module's last test: the module's server is ended by it."""
     model = server.model_id()
-
-    def running_now() -> float:
-        return _metrics(server)["tokenmold_engine_requests_running"]
-
-    _wait_for(lambda: running_now() == 0, seen=lambda: f"(requests left from before: {running_now()})")
-    # Long enough (400 tokens each) that the three surely overlap on a cold, busy machine.
-    in_flight = [
-        _in_background(lambda: _chat(server, {"ignore_eos": True}, max_tokens=400, timeout_s=180)) for _ in range(3)
-    ]
-    running: list[float] = []
-
-    def all_three_run_or_one_ended() -> bool:
-        running.append(running_now())
-        return running[-1] == 3 or any(in_flight)
-
-    def seen() -> str:
-        log = server.log.read_text(errors="replace")[-3000:]
-        return f"(requests running: {sorted(set(running))}; ended: {in_flight}; the server's log:\n{log})"
-
-    _wait_for(all_three_run_or_one_ended, timeout_s=120, seen=seen)
-    assert running[-1] == 3, f"a request ended before the three ran together {seen()}"
+    # Near the model length (1,024), so that the three are still decoding when SIGTERM comes.
+    streams = [_stream_in_background(server, max_tokens=900) for _ in range(3)]
+    for stream in streams:
+        assert stream.first_token.wait(120), "a request got no first token in 120 s"
     os.kill(server.pid, signal.SIGTERM)
+    sigterm_at = time.monotonic()
     time.sleep(0.3)  # a tick of the server's loop
     refused = httpx.post(
         f"{server.url}/v1/chat/completions",
@@ -280,12 +315,12 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(server: LiveSe
     )
     health = httpx.get(f"{server.url}/health", timeout=10)
     status = server.wait_exit(180)
-    for outcome in in_flight:
-        _wait_for(lambda outcome=outcome: bool(outcome))
-        response = outcome[0]
-        assert isinstance(response, httpx.Response), response
-        assert response.status_code == 200
-        assert response.json()["usage"]["completion_tokens"] == 400
+    for stream in streams:
+        assert stream.done.wait(60), "a stream outlived its server"
+        assert stream.error is None, stream.error
+        assert stream.ended_at is not None and stream.ended_at > sigterm_at, "a request ended before SIGTERM"
+        assert stream.status == 200
+        assert stream.completion_tokens == 900
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "shutting_down"
     assert health.status_code == 503
