@@ -1,7 +1,7 @@
 """Helpers the tests and the developer benchmarks share (developer code: not installed, may change).
 
 Reading the int32 token bitmasks the matchers fill (bit ``t % 32`` of word ``t // 32`` = token t),
-and a random walk through a compiled grammar's masks (tests/test_mask_soundness.py, and the
+and a random walk through a compiled grammar's masks (tests/grammar/test_mask_soundness.py, and the
 ``walk`` benchmark in benchmarks/walk.py).
 """
 

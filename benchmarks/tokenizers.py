@@ -6,7 +6,7 @@ JSON content (``grammar/backends/llguidance_slices.py``). This bench runs both w
 one process, file by file (the order rotated, so a noisy host's phases fall on both alike): the
 first compile of each file (what ``bench masks`` times, with that file's walks after it, as there),
 the minimum over ``--repeats`` more, and every mask of the walks. The masks are the same tokens
-either way (tests/test_llguidance_slices.py); only their time may differ.
+either way (tests/grammar/test_llguidance_slices.py); only their time may differ.
 
     python -m benchmarks tokenizers PATH... [--limit N] [--seed S] [--repeats R]
 """

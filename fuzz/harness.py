@@ -2,7 +2,7 @@
 
 Each harness is a script: ``python fuzz/fuzz_<name>.py [-max_total_time=S | -runs=N] [corpus_dir]``
 (libFuzzer flags). A harness fails (non-zero exit, traceback printed) on any exception the code
-under test is not allowed to raise; ``tests/test_fuzz.py`` runs each one briefly in the test suite.
+under test is not allowed to raise; ``tests/grammar/test_fuzz.py`` runs each one briefly in the test suite.
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def mutate(value: Any, fdp: atheris.FuzzedDataProvider, depth: int = 0) -> Any:
 
 #: Where the campaign and the suite ask a harness to write each input before running it: a crash
 #: libFuzzer cannot write out (a stack overflow in native code kills the process before its handler
-#: runs) still leaves the input that caused it (it found xgrammar's, ``tests/test_fuzz.py``).
+#: runs) still leaves the input that caused it (it found xgrammar's, ``tests/grammar/test_fuzz.py``).
 LAST_INPUT = "TOKENMOLD_FUZZ_LAST_INPUT"
 
 

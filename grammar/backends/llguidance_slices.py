@@ -16,7 +16,7 @@ whose regex it matches, so these take the alphanumeric tokens out of the default
 a counted run can still subsume as its count goes down; runs of lowercase letters and digits come
 before runs of any case, so a lowercase-only class takes them wholesale too. A mask is the same set
 of tokens with any slices (llguidance only takes a slice it has proved contained;
-tests/test_llguidance_slices.py compares them position by position); what changes is how much of
+tests/grammar/test_llguidance_slices.py compares them position by position); what changes is how much of
 the trie each mask walks.
 
 Each slice is also a lexeme of every grammar llguidance parses with that tokenizer, so the ten add

@@ -55,7 +55,7 @@ def plain_leaf(schema: Any, known: frozenset[str]) -> dict[str, Any] | None:
 
     Most properties of real schemas are such leaves; merging each one (a ``Merge``, its families,
     ``add`` and ``emit``) cost a visible share of a median MaskBench schema's normalization.
-    tests/normalize/test_normalize_properties.py checks the two agree (all 8,481 MaskBench
+    tests/grammar/normalize/test_normalize_properties.py checks the two agree (all 8,481 MaskBench
     files agreed, strict or not)."""
     if not isinstance(schema, dict):
         return None
@@ -84,7 +84,7 @@ def plain_object(schema: Any, known: frozenset[str]) -> bool:
     and each cost a ``Merge`` with its five families for what the normalizer now writes directly
     (``_Normalizer._plain_object``): a fifth of `o3625`'s and `vercel`'s normalization
     (docs/design.md), with the same schemas, reports and errors, strict or not.
-    tests/normalize/test_normalize_properties.py checks the two agree, as for ``plain_leaf``."""
+    tests/grammar/normalize/test_normalize_properties.py checks the two agree, as for ``plain_leaf``."""
     if not isinstance(schema, dict) or schema.get("type") != "object":
         return False
     for key in schema:

@@ -1,7 +1,8 @@
 """``tokenmold serve`` as a child process on loopback: started, waited for, measured and stopped.
 
-Used by ``bench load``, the HTTP tests and the ``bfcl`` benchmark (which also starts vLLM's own
-server through it: any OpenAI server that takes ``--port`` and answers ``/health``). The server
+Used by ``bench load``, the developer benchmarks (``benchmarks/``; ``bfcl`` also starts vLLM's own
+server through it: any OpenAI server that takes ``--port`` and answers ``/health``) and, through
+``tests/support/live_server.py``, the tests' servers. The server
 runs in its own process group so that its vLLM engine and compile workers are accounted for (RSS)
 and verifiably gone afterwards.
 """
@@ -118,15 +119,6 @@ class LiveServer:
     def pid(self) -> int:
         assert self._proc is not None
         return self._proc.pid
-
-    def wait_exit(self, timeout_s: float) -> int | None:
-        """The server's exit status once it exits by itself (``None`` if still running after
-        ``timeout_s``): fault tests check that a server that must stop does, with the right status."""
-        assert self._proc is not None
-        try:
-            return self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            return None
 
     def processes(self) -> list[Any]:
         """The server and every process it started (``psutil.Process``: the engine core, the compile

@@ -11,7 +11,7 @@ takes), and how it installs.
 of every patch (once per install: the processes vLLM spawns inherit ``CHECKED_ENV``), then installs
 them all; on any difference it raises ``VllmPatchMismatch`` with one line naming the patch, what it
 was written for and what was found, and installs nothing (an engine with half its patches would
-misapply grammars silently). tests/test_vllm_patches.py holds one contract test per patch.
+misapply grammars silently). tests/service/vllm_core/test_vllm_patches.py holds one contract test per patch.
 """
 
 from __future__ import annotations
