@@ -316,12 +316,12 @@ class GenerationRequest(_Body):
     stop_token_ids: list[int] | None = None
     #: vLLM's cap on a reasoning model's thinking (needs --reasoning-parser; docs/api.md).
     thinking_token_budget: int | None = None
-    # tokenmold's budget fitting (docs/api.md).
+    # tokenmold's budget fitting (docs/budget.md).
     budget: Literal["default", "fit"] | None = None
-    #: tokenmold's repeated-call guard for tool calls (docs/api.md): "on", "turn" or "off" (true and
+    #: tokenmold's repeated-call guard for tool calls (docs/tools.md): "on", "turn" or "off" (true and
     #: false are "on" and "off"); null: the server's setting.
     repeated_call_guard: bool | CallGuardSetting | None = None
-    #: tokenmold's validated partial streaming (docs/api.md): needs stream and a JSON answer.
+    #: tokenmold's validated partial streaming (docs/streaming.md): needs stream and a JSON answer.
     partials: bool | None = None
     stop_on_invalid: bool | None = None
     # Accepted for compatibility; they change nothing.

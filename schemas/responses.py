@@ -2,7 +2,7 @@
 its streamed events.
 
 Every field of OpenAI's request body is accepted (the ones with no meaning on a stateless local
-server are ignored, and docs/api.md lists them); an unknown field is a 400 naming it. Input items
+server are ignored, and docs/responses.md lists them); an unknown field is a 400 naming it. Input items
 replayed from earlier responses keep whatever extra fields they were returned with (``id``,
 ``status``, ``annotations``...), so items ignore unknown fields. Tokenmold's sampling and shape
 extensions and vLLM's are the chat API's. The response carries ``validation``: the verdict on its output.
@@ -256,7 +256,7 @@ class ResponsesRequest(_Body):
     min_tokens: int | None = None
     ignore_eos: bool | None = None
     budget: Literal["default", "fit"] | None = None
-    #: tokenmold's repeated-call guard for tool calls (docs/api.md): "on", "turn" or "off" (true and
+    #: tokenmold's repeated-call guard for tool calls (docs/tools.md): "on", "turn" or "off" (true and
     #: false are "on" and "off"); null: the server's setting.
     repeated_call_guard: bool | CallGuardSetting | None = None
     partials: bool | None = None

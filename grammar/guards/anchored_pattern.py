@@ -2,7 +2,7 @@
 
 Inside a string whose pattern is anchored at both ends and counts (``^[0-9A-Za-z]{8}-…-[0-9A-Za-z]{12}$``),
 llguidance walks its token trie at every position its slices do not cover (near the end of a
-counted run, where each position is a new lexer state): slow masks on MaskBench (docs/design.md),
+counted run, where each position is a new lexer state): slow masks on MaskBench (docs/guards.md),
 paid again by every matcher at every visit (a second walk of the same text in a fresh copy of the same
 grammar costs the same). Such a pattern's states are few and recur across outputs, so
 the work is done once per pattern instead: the pattern's automaton (``automaton``) is run

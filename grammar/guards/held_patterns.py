@@ -17,7 +17,7 @@ must be cheap. Kinds held:
 - object keys whose one ``patternProperties`` pattern is a line, counted or not, or any other
   shape with a small automaton (``.*[0-9a-f]{32}.*``), in an object that lists no properties and
   takes no other keys (``key_pattern``): llguidance's key lexeme costs a slow mask at every
-  position of such a key, many times a key of ``additionalProperties`` (docs/design.md).
+  position of such a key, many times a key of ``additionalProperties`` (docs/guards.md).
 
 A search (``^.*X.*$``, how the normalizer writes an unanchored pattern) is the search guard's.
 """

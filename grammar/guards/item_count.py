@@ -3,7 +3,7 @@
 llguidance unrolls ``maxItems: n`` into ``n`` nested optional items, and its Earley parser then
 carries every open level: on MaskBench's `Github_hard---o56011` (a ``maxItems: 254`` list of
 numbers) a mask costs an order of magnitude more, growing along the list, than with the bound
-left out (docs/design.md, "What each guard holds"). So arrays compile without ``maxItems``
+left out (docs/guards.md, "What each guard holds"). So arrays compile without ``maxItems``
 (``tokenmold.grammar.guards.held_keywords.strip_bounds``) and this mask puts the bound back, on the
 bound guard's tracker: it clears, in the row llguidance filled, the tokens that would write a comma
 into an array that already holds its ``maxItems`` items (or is writing its last one).

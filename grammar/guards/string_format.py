@@ -4,7 +4,7 @@ llguidance turns ``format: hostname``, ``email`` and ``uri`` into regular expres
 counted runs and wide classes its token trie walk has no shortcut for: a mask at every position
 of a hostname, an email or pydantic's ``HttpUrl`` (``uri`` with ``maxLength: 2083``), and more at a
 URI's scheme and host, costs an order of magnitude more than in a plain string (measured on the
-embedded model's vocabulary: docs/design.md, "What each guard holds"). Their automata are small
+embedded model's vocabulary: docs/guards.md, "What each guard holds"). Their automata are small
 (250, 59 and 339 states), so the pattern guard (``tokenmold.grammar.guards.anchored_pattern``) runs them the
 way it runs a counted pattern: the string compiles without its ``format`` and the guard ANDs the
 row of the state its content reached. The expressions are llguidance's (1.7.6,

@@ -2,7 +2,7 @@
 
 Inside a string with ``maxLength``, llguidance's lexer is in a counted-repeat state its token-trie
 walk has no shortcut for: a mask costs one to two orders of magnitude more there than in the same
-string unbounded (docs/design.md, "What each guard holds"). So plain bounded strings compile
+string unbounded (docs/guards.md, "What each guard holds"). So plain bounded strings compile
 without their ``maxLength`` (``tokenmold.grammar.guards.held_keywords``) and the schema guard puts the bound
 back with the rows built here: how many characters a token writes before a closing quote, counted
 once per vocabulary the way JSON Schema counts them (a code point per UTF-8 sequence, one per

@@ -6,7 +6,7 @@ matching text (write the match after it): inside such a string any content is al
 the closing quote depends on the pattern. llguidance, given the pattern, builds the search as a
 lexeme whose states are unions of all the partial matches in flight, and its token-trie walk has no
 shortcut for them: on MaskBench's `Github_easy---o12621` a mask costs two orders of magnitude more
-than in the same string without the pattern (docs/design.md, "What each guard holds").
+than in the same string without the pattern (docs/guards.md, "What each guard holds").
 
 So such strings compile without their ``pattern`` (``tokenmold.grammar.guards.held_keywords.strip_bounds``) and
 this mask puts it back on the bound guard's tracker: the tokens that close the string (a quote,

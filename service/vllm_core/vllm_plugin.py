@@ -196,7 +196,7 @@ def _rows_threads() -> ThreadPoolExecutor:
 def _rows_beside(backend: Any, spec: LlguidanceSpec) -> Future[tuple[BoundTable, BoundSchema]] | None:
     """For a shape new to this engine whose bounds the bound guard holds, its pattern rows built
     in another thread while this one parses the grammar (``LLMatcher`` releases the GIL): the
-    engine's share of a new shape is the larger of the two, not their sum (docs/design.md).
+    engine's share of a new shape is the larger of the two, not their sum (docs/guards.md).
     ``None``: nothing to overlap (no bounds, or parsed)."""
     if spec.bounds is None or _prototypes(backend).holds(spec.grammar, spec.forced):
         return None

@@ -164,7 +164,7 @@ def test_a_langchain_agent_answers_in_its_response_format(server, model, strateg
     ``response_format`` (strict json_schema); ``auto`` is what LangChain picks for a model whose
     profile says it does structured output (a name LangChain does not know has no profile, and
     gets ``tool``); ``tool`` asks for one call of a ``Person`` tool (``tool_choice: "required"``):
-    the embedded model then calls it twice unless parallel calls are off (docs/api.md)."""
+    the embedded model then calls it twice unless parallel calls are off (docs/tools.md)."""
     from langchain.agents import create_agent
     from langchain.agents.structured_output import ProviderStrategy
 
