@@ -94,24 +94,22 @@ def _uses_a_server(module_items: list[pytest.Item]) -> str | None:
 
 def _engine_group(module_items: list[pytest.Item]) -> int:
     """When a module runs. Engine starts dominate the suite's time, and each engine holds gigabytes
-    while it stands, so few stand at once: the modules of a server that ``runs_first`` (the fleet)
-    come before all others; then those without an engine, while the other servers start; then the
-    shared server's modules, after the last of which the server stops; then those on the in-process
-    engine, which stands until the session ends, and the other engine tests (the CLI runs' checks);
-    last the modules of the other servers, a server's modules one after the other (the fault tests
-    among them wait for the runs in the background to end: ``ServerSpec.settles``)."""
+    while it stands, so few stand at once: the shared server's modules come first and the server
+    stops after the last of them; then the modules of the other servers, a server's modules one
+    after the other; then the other engine tests; last those on the in-process engine, which stands
+    until the session ends. Before all of them, the modules of a server that ``runs_first``."""
     server = _uses_a_server(module_items)
     if server is not None and SERVERS[server].runs_first:
         return -1
     if not any(item.get_closest_marker("engine") for item in module_items):
         return 0
+    if any("runtime" in getattr(item, "fixturenames", ()) for item in module_items):
+        return 4
     if server == "shared":
         return 1
-    if any("runtime" in getattr(item, "fixturenames", ()) for item in module_items):
+    if server is not None:
         return 2
-    if server is None:
-        return 3
-    return 4
+    return 3
 
 
 def _order(module_items: list[pytest.Item]) -> tuple[int, bool, bool, int]:
@@ -130,8 +128,6 @@ def _order(module_items: list[pytest.Item]) -> tuple[int, bool, bool, int]:
 _EARLY = pytest.StashKey[EarlyWork]()
 #: Each server's last module, by server name: the server stops when it ends.
 _LAST_MODULE = pytest.StashKey[dict[str, str]]()
-#: The modules of the suite's tail (``_engine_group`` above 0): the first of them begins the runs.
-_TAIL_MODULES = pytest.StashKey[set[str]]()
 
 
 def _check_servers(items: list[pytest.Item], by_server: dict[str, list[str]], ends: dict[str, str]) -> None:
@@ -171,13 +167,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.option.collectonly:
         return
     config.stash[_LAST_MODULE] = {server: modules[-1] for server, modules in by_server.items()}
-    config.stash[_TAIL_MODULES] = {module for module, module_items in ordered if _engine_group(module_items) > 0}
     work = config.stash[_EARLY] = EarlyWork(Path(tempfile.mkdtemp(prefix="tokenmold-tests-")))
-    for server in by_server:
-        declare(work, server)
-    for _, module_items in ordered:
+    for module, module_items in ordered:
+        if _engine_group(module_items) == 0:
+            continue
+        server = _uses_a_server(module_items)
+        if server is not None and by_server[server][0] == module:
+            declare(work, server)
         declare_runs: Declare | None = getattr(_module(module_items), "early", None)
-        if declare_runs is not None and _engine_group(module_items) != 0:
+        if declare_runs is not None:
             declare_runs(work)
 
 
@@ -193,13 +191,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def early_work(pytestconfig: pytest.Config) -> EarlyWork:
     """The servers and CLI runs begun at collection (``early.py``)."""
     return pytestconfig.stash[_EARLY]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _tail_begins(request: pytest.FixtureRequest) -> None:
-    """The first module past those without an engine lets the CLI runs begin (``early.py``)."""
-    if request.node.nodeid in request.config.stash.get(_TAIL_MODULES, set()):
-        request.config.stash[_EARLY].begin_the_tail()
 
 
 @pytest.fixture(scope="module")

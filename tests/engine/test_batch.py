@@ -191,7 +191,8 @@ def _kill_and_resume(folder: Path) -> KilledBatch:
 
 
 def early(work: EarlyWork) -> None:
-    """The engine runs the engine tests below check, made in the background (``support/early.py``)."""
+    """The engine runs the engine tests below check, made while the tests without an engine run
+    (``early.py``)."""
     folder = work.folder("batch")
     work.call("batch-killed-and-resumed", lambda: _kill_and_resume(folder))
     folder = work.folder("extract")

@@ -36,13 +36,13 @@ ASK_FOR_A_STORY = ("--prompt", "Tell a long story as JSON.", "--max-tokens", "9"
 
 
 def early(work: EarlyWork) -> None:
-    """The runs the engine tests below check, made in the background (``support/early.py``): each
-    a real ``tokenmold`` process, as a user runs it."""
+    """The runs the engine tests below check, made while the tests without an engine run
+    (``early.py``): each a real ``tokenmold`` process, as a user runs it."""
     schema = work.folder("cli") / "story.json"
     schema.write_text(json.dumps(STORY))
     # With vLLM engine arguments as a vLLM command line spells them: they reach the engine, quietly.
     engine_flags = ("--max-num-batched-tokens", "512", "--enable-prefix-caching")
-    work.run("generate-truncated", "generate", "--schema", str(schema), *ASK_FOR_A_STORY, *engine_flags)
+    work.run("generate-truncated", "generate", "--schema", str(schema), *ASK_FOR_A_STORY, *engine_flags, beside=True)
     work.run(
         "generate-fitted",
         "generate",
@@ -51,10 +51,11 @@ def early(work: EarlyWork) -> None:
         *ASK_FOR_A_STORY,
         "--fit-budget",
         "--verbose",
+        beside=True,
     )
     e2e = work.folder("cli") / "e2e.json"
     bench = ("--batch", "1,2", "--max-tokens", "6", "--ttft-repeats", "1", "--repeats", "2", "--json", str(e2e))
-    work.run("bench-e2e", "bench", "e2e", *bench)
+    work.run("bench-e2e", "bench", "e2e", *bench, beside=True)
 
 
 @pytest.mark.engine

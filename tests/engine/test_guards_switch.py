@@ -79,7 +79,7 @@ def test_no_guards_flag(command: str) -> None:
 
 
 def early(work: EarlyWork) -> None:
-    """The run the engine test below checks, made in the background (``support/early.py``)."""
+    """The run the engine test below checks, made while the tests without an engine run (``early.py``)."""
     schema = {
         "type": "object",
         "properties": {
@@ -90,7 +90,7 @@ def early(work: EarlyWork) -> None:
     }
     path = work.folder("guards") / "s.json"
     path.write_text(json.dumps(schema))
-    work.run("generate-without-guards", "generate", "--no-guards", "--schema", str(path), *ASK)
+    work.run("generate-without-guards", "generate", "--no-guards", "--schema", str(path), *ASK, beside=True)
 
 
 @pytest.mark.engine

@@ -130,7 +130,7 @@ def _declare_home(work: EarlyWork, user: SuiteUser) -> None:
     """Queue the making of ``nobody``'s HOME (once, first beside the main queue; ``HOME_WORK``)."""
     if user.home is not None and not work.declared(HOME_WORK):
         home = user.home
-        work.prepare(HOME_WORK, lambda: _make_home(home))
+        work.call(HOME_WORK, lambda: _make_home(home), beside=True)
 
 
 def serve_as_the_user(

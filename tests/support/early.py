@@ -2,13 +2,11 @@
 
 An engine start takes about half a minute of the suite's two cores, mostly in one process. The
 modules without engine tests run first (``conftest.py`` orders them) and keep about one core busy,
-so the servers the engine tests talk to are started in the meantime: in a background thread, one at
-a time (each holds an engine's memory while it starts), in the order the tests will ask for them. A
-second queue runs beside it: the server whose modules run before all others (the fleet), then,
-once that server has stopped and freed its memory, the CLI runs the engine tests check. Those wait
-for the tail of the suite (``begin_the_tail``): once the tests without an engine are done, the
-engine tests wait on one server at a time, one request at a time, and leave a core free; the runs,
-which end by themselves, take it. A test that asks for work before it is done waits for it; the
+so the servers the engine tests talk to are started, and the CLI runs they check are made, in the
+meantime: in a background thread, one at a time (each holds an engine's memory while it starts), in
+the order the tests will ask for them. A second queue runs beside it: the server whose modules run
+before all others (the fleet), then, once that server has stopped and freed its memory, the CLI
+runs, which end by themselves. A test that asks for work before it is done waits for it; the
 assertions are the test's own, on the same server or the same finished process as before.
 
 ``conftest.py`` queues the servers the modules ask for (``servers.py``). A module queues its CLI runs
@@ -32,9 +30,6 @@ from typing import Any
 from support.live_server import SuiteServer
 from support.paths import ROOT
 
-#: What the runs queued beside wait for (``begin_the_tail``).
-_TAIL = "the tail"
-
 
 class EarlyWork:
     """The queue of early work and what it made, by name."""
@@ -49,8 +44,6 @@ class EarlyWork:
         self._running: set[subprocess.Popen[str]] = set()
         #: Set by ``release``: what the work queued beside after ``hold_beside_until_released`` waits for.
         self._released: dict[str, threading.Event] = {}
-        #: Whether the runs queued so far wait for the tail (the first one queues that wait).
-        self._held_for_the_tail = False
         self._closed = threading.Event()
 
     def folder(self, name: str) -> Path:
@@ -82,28 +75,11 @@ class EarlyWork:
 
         self._servers[name] = (self._beside if beside else self._pool).submit(start)
 
-    def run(self, name: str, *args: str, timeout_s: float = 900) -> None:
-        """Run ``tokenmold ARGS`` to its end in the tail, its output kept for the test that checks it."""
-        self._in_the_tail(name, lambda: self._run(list(args), timeout_s))
-
-    def call(self, name: str, work: Callable[[], Any]) -> None:
-        """Call ``work`` in the tail (processes a test drives itself: started, killed, restarted), its
-        result or its exception kept for the test that checks it."""
-        self._in_the_tail(name, work)
-
-    def prepare(self, name: str, work: Callable[[], Any]) -> None:
-        """Call ``work`` at once, beside the main queue: what the servers need first (a HOME)."""
-        self._results[name] = self._beside.submit(work)
-
-    def _in_the_tail(self, name: str, work: Callable[[], Any]) -> None:
-        if not self._held_for_the_tail:
-            self.hold_beside_until_released(_TAIL)
-            self._held_for_the_tail = True
-        self._results[name] = self._beside.submit(work)
-
-    def begin_the_tail(self) -> None:
-        """Let the runs begin: the tests without an engine are done, or a test waits for a run."""
-        self.release(_TAIL)
+    def run(self, name: str, *args: str, timeout_s: float = 900, beside: bool = False) -> None:
+        """Run ``tokenmold ARGS`` to its end, its output kept for the test that checks it; ``beside``:
+        in the queue beside the main one (after what holds it: ``hold_beside_until_released``)."""
+        pool = self._beside if beside else self._pool
+        self._results[name] = pool.submit(lambda: self._run(list(args), timeout_s))
 
     def hold_beside_until_released(self, name: str) -> None:
         """Work queued beside after this waits until ``release(name)``: the runs that go beside the
@@ -119,10 +95,14 @@ class EarlyWork:
         """Whether a server or a piece of work of that name was declared already."""
         return name in self._servers or name in self._results
 
+    def call(self, name: str, work: Callable[[], Any], beside: bool = False) -> None:
+        """Call ``work`` (processes a test drives itself: started, killed, restarted), its result or
+        its exception kept for the test that checks it; ``beside``: in the queue beside the main one."""
+        self._results[name] = (self._beside if beside else self._pool).submit(work)
+
     def settle(self) -> None:
         """Wait until every piece of work queued so far has ended: for tests whose outcome depends on
         how soon a process reacts (a fault noticed), which a server starting beside them slows."""
-        self.begin_the_tail()
         wait([*self._servers.values(), *self._results.values()])
 
     def take_server(self, name: str) -> SuiteServer:
@@ -138,7 +118,6 @@ class EarlyWork:
 
     def result(self, name: str) -> Any:
         """What the work called ``name`` returned (a ``subprocess.CompletedProcess`` for a run)."""
-        self.begin_the_tail()
         return self._results[name].result()
 
     def close(self) -> None:
