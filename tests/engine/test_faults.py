@@ -277,8 +277,8 @@ def _stream_in_background(server: SuiteServer, max_tokens: int) -> _Stream:
 def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: SuiteServer) -> None:
     """The module's last test: the module's live_server is ended by it."""
     model = live_server.model_id()
-    # Near the model length (1,024), so that the three are still decoding when SIGTERM comes.
-    streams = [_stream_in_background(live_server, max_tokens=900) for _ in range(3)]
+    # Long enough that the three still decode when SIGTERM comes, right after their first tokens.
+    streams = [_stream_in_background(live_server, max_tokens=400) for _ in range(3)]
     for stream in streams:
         assert stream.first_token.wait(120), "a request got no first token in 120 s"
     os.kill(live_server.pid, signal.SIGTERM)
@@ -296,7 +296,7 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: S
         assert stream.error is None, stream.error
         assert stream.ended_at is not None and stream.ended_at > sigterm_at, "a request ended before SIGTERM"
         assert stream.status == 200
-        assert stream.completion_tokens == 900
+        assert stream.completion_tokens == 400
     assert refused.status_code == 503
     assert refused.json()["error"]["code"] == "shutting_down"
     assert health.status_code == 503
