@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.engine, pytest.mark.server("faults", ends_it=True)]
 def test_the_server_runs_as_an_unprivileged_user(live_server: SuiteServer) -> None:
     """Where the suite runs as root: ``tokenmold serve`` started as ``nobody`` under a fresh HOME of
     a usual length, its sockets in a private folder of its own under the temporary folder (which
-    the fixture checks is gone once the live_server stops)."""
+    the suite checks is gone once the server stops)."""
     check_runs_as_nobody(live_server)
 
 
@@ -275,7 +275,7 @@ def _stream_in_background(server: SuiteServer, max_tokens: int) -> _Stream:
 
 
 def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: SuiteServer) -> None:
-    """The module's last test: the module's live_server is ended by it."""
+    """The module's last test: it ends the module's server."""
     model = live_server.model_id()
     # Long enough that the three still decode when SIGTERM comes, right after their first tokens.
     streams = [_stream_in_background(live_server, max_tokens=400) for _ in range(3)]
@@ -283,7 +283,7 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: S
         assert stream.first_token.wait(120), "a request got no first token in 120 s"
     os.kill(live_server.pid, signal.SIGTERM)
     sigterm_at = time.monotonic()
-    time.sleep(0.3)  # a tick of the live_server's loop
+    time.sleep(0.3)  # a tick of the server's loop
     refused = httpx.post(
         f"{live_server.url}/v1/chat/completions",
         json={"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4},
@@ -292,7 +292,7 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: S
     health = httpx.get(f"{live_server.url}/health", timeout=10)
     status = live_server.wait_exit(180)
     for stream in streams:
-        assert stream.done.wait(60), "a stream outlived its live_server"
+        assert stream.done.wait(60), "a stream outlived its server"
         assert stream.error is None, stream.error
         assert stream.ended_at is not None and stream.ended_at > sigterm_at, "a request ended before SIGTERM"
         assert stream.status == 200

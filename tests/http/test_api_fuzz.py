@@ -42,7 +42,7 @@ def test_schemathesis_finds_no_server_error_and_every_response_conforms(server) 
     import schemathesis
     from hypothesis import given, settings
     from schemathesis.specs.openapi.checks import positive_data_acceptance
-    from strategies import exploration_settings
+    from support.strategies import exploration_settings
 
     auth = {"Authorization": f"Bearer {KEY}"}
     schema = schemathesis.openapi.from_dict(httpx.get(f"{server}/openapi.json", headers=auth).json())
