@@ -219,14 +219,17 @@ class ResponsesRequest(_Body):
         default=None, description="Only 'message.output_text.logprobs' changes anything here."
     )
     stream: bool = False
-    # Stateless server: refused when set (the message says what to send instead).
+    #: A stored response this one continues: its conversation comes before ``input``.
     previous_response_id: str | None = None
+    #: Keep the response (``GET /v1/responses/{id}``, ``previous_response_id``); unset: kept,
+    #: unless the server keeps none (``serve --no-store``).
+    store: bool | None = None
+    # Refused when set (the message says what to send instead).
     conversation: str | dict[str, Any] | None = None
     prompt: dict[str, Any] | None = None
     background: bool | None = None
     # Accepted for compatibility; they change nothing.
     stream_options: dict[str, Any] | None = None
-    store: bool | None = None
     metadata: dict[str, str] | None = None
     user: str | None = None
     safety_identifier: str | None = None
@@ -388,7 +391,7 @@ class ResponseObject(BaseModel):
     model: str
     output: list[OutputItem] = Field(default_factory=list)
     parallel_tool_calls: bool = True
-    previous_response_id: None = None
+    previous_response_id: str | None = None
     temperature: float | None = None
     top_p: float | None = None
     tool_choice: ResponsesToolChoice = "auto"

@@ -55,8 +55,14 @@ class FitUnplannable(RequestError):
     code = "fit_unplannable"
 
 
-class ModelNotFound(RequestError):
-    """The request names a model this server does not serve: a 404."""
+class NotFound(RequestError):
+    """The request names something this server does not have (a model, a stored response): a 404."""
+
+    code = "not_found"
+
+
+class ModelNotFound(NotFound):
+    """The request names a model this server does not serve."""
 
     code = "model_not_found"
 

@@ -31,6 +31,7 @@ from tokenmold.service.batch.manager import BatchManager
 from tokenmold.service.engine.model_home import tokenmold_home
 from tokenmold.service.engine.warm_up import warm_up
 from tokenmold.service.request.runtime import Runtime
+from tokenmold.service.store.responses import ResponseStore
 
 
 def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle | None = None) -> FastAPI:
@@ -55,6 +56,8 @@ def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle 
             yield
         finally:
             await app.state.batches.stop()
+            if app.state.responses_store is not None:
+                app.state.responses_store.close()
             runtime.shutdown()
 
     # FastAPI's own /docs and /openapi.json would bypass the API key: the document is served by a
@@ -74,6 +77,11 @@ def create_app(runtime: Runtime, settings: ServerSettings, lifecycle: Lifecycle 
         settings,
         settings.batch_dir or tokenmold_home() / "batch",
         concurrency=runtime.config.engine.max_num_seqs // 2,  # the other half stays for interactive requests
+    )
+    app.state.responses_store = (
+        ResponseStore(settings.store_dir or tokenmold_home() / "responses", settings.store_bounds)
+        if settings.store
+        else None
     )
     errors.install(app)
     app.include_router(health.router)

@@ -9,6 +9,7 @@ from fastapi import Request
 from starlette.exceptions import HTTPException
 
 from tokenmold.service.errors import RequestError
+from tokenmold.service.store.responses import ResponseStore
 
 if TYPE_CHECKING:
     from tokenmold.service.api.generation import Generation
@@ -54,3 +55,9 @@ def get_generation(request: Request) -> Generation:
 
 def get_runtime(request: Request) -> Runtime:
     return request.app.state.generation.runtime
+
+
+def get_store(request: Request) -> ResponseStore | None:
+    """Where ``/v1/responses`` answers are kept; ``None`` on a server that keeps none (``--no-store``)."""
+    store: ResponseStore | None = request.app.state.responses_store
+    return store

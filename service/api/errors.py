@@ -5,7 +5,8 @@
 |---|---|---|
 | grammar ``ShapeError`` (bad shape; limit; compile timeout) | 400 | the error's own (``invalid_schema``, ...) |
 | ``RequestError`` (``PromptTooLong``, ``BudgetTooSmall``, ``FitUnplannable``) | 400 | the error's own |
-| ``ModelNotFound`` | 404 | ``model_not_found`` |
+| ``NotFound`` (a model, a stored response) | 404 | ``model_not_found``, ``not_found``, |
+| | | ``previous_response_not_found`` |
 | request validation (FastAPI's or ``SamplingOptions``') | 400 | ``invalid_request`` |
 | body larger than ``--max-body-bytes`` | 413 | ``request_too_large`` |
 | ``Unaccepted`` (reject-unaccepted mode) | 422 | ``unaccepted_output``, with ``validation`` |
@@ -40,7 +41,7 @@ from starlette.exceptions import HTTPException
 from tokenmold.grammar import ShapeError
 from tokenmold.grammar.errors import CompileUnavailable
 from tokenmold.schemas.openai import ChoiceVerdict, ErrorBody, ErrorDetail
-from tokenmold.service.errors import EngineUnavailable, ModelNotFound, RequestError, Unaccepted
+from tokenmold.service.errors import EngineUnavailable, NotFound, RequestError, Unaccepted
 
 log = logging.getLogger("tokenmold.api")
 
@@ -129,7 +130,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestError)
     async def request_error(request: Request, exc: RequestError) -> JSONResponse:
-        status = 404 if isinstance(exc, ModelNotFound) else 400
+        status = 404 if isinstance(exc, NotFound) else 400
         return error_response(status, exc.message, code=exc.code, param=exc.param)
 
     @app.exception_handler(RequestValidationError)

@@ -4,9 +4,10 @@ A Responses request is rewritten as the chat request it means (``instructions`` 
 as messages, ``text.format`` as ``response_format``, function tools as chat tools) and planned by
 ``translate.chat_plan``: one prompt, grammar, tool and sampling path for both APIs. The chat answer
 comes back as a ``response`` object, and a chat stream as the Responses API's named events, so
-whatever the chat path learns (tool formats, streamed arguments) reaches this API too. Stateless:
-``previous_response_id``, ``conversation``, stored ``prompt``\\s, ``item_reference`` inputs and
-``background`` need stored state and are refused with a 400 that says what to send instead.
+whatever the chat path learns (tool formats, streamed arguments) reaches this API too. Stored
+responses and ``previous_response_id`` are the router's (``stored_responses.py``); here a request
+arrives with its conversation whole. ``conversation``, stored ``prompt``\\s and ``item_reference``
+inputs are refused with a 400 that says what to send instead.
 """
 
 from __future__ import annotations
@@ -102,8 +103,7 @@ from tokenmold.service.request.runtime import StreamDelta
 
 #: Fields that need state this server does not keep, and what to send instead.
 _STATEFUL = {
-    "previous_response_id": "send the whole conversation as input items (earlier outputs included)",
-    "conversation": "send the whole conversation as input items",
+    "conversation": "send the whole conversation as input items, or previous_response_id",
     "prompt": "send the prompt's text as instructions and input",
 }
 
@@ -126,9 +126,7 @@ def responses_plan(body: ResponsesRequest, model: ModelInfo) -> Plan:
     """The chat plan of a Responses request."""
     for name, instead in _STATEFUL.items():
         if getattr(body, name) is not None:
-            raise RequestError(f"{name} needs stored state; this server is stateless: {instead}", param=name)
-    if body.background:
-        raise RequestError("background responses need stored state; this server is stateless", param="background")
+            raise RequestError(f"{name} is not served here: {instead}", param=name)
     logprobs = _LOGPROBS in (body.include or [])
     tools, choice = _tools(body)
     chat = ChatCompletionRequest(
@@ -185,7 +183,8 @@ def _messages(body: ResponsesRequest) -> list[ChatMessage]:
             out.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=_text(item.output)))
         elif isinstance(item, ItemReference):
             raise RequestError(
-                f"input[{i}] refers to the stored item {item.id!r}; this server is stateless: send the item itself",
+                f"input[{i}] refers to the stored item {item.id!r}; items are not kept by reference here:"
+                " send the item itself",
                 param=f"input[{i}]",
             )
         # A reasoning item is dropped: earlier thinking is not part of the prompt.
@@ -258,8 +257,9 @@ def _named(choice: FunctionChoice) -> NamedToolChoice:
 # ---------------------------------------------------------------- the response object
 
 
-def response_shell(body: ResponsesRequest, *, model: str) -> ResponseObject:
-    """The response before its output: a new id and the request's settings echoed."""
+def response_shell(body: ResponsesRequest, *, model: str, stored: bool = False) -> ResponseObject:
+    """The response before its output: a new id and the request's settings echoed; ``stored``:
+    whether it is kept (its ``store``)."""
     return ResponseObject(
         id=new_id("resp"),
         created_at=int(time.time()),
@@ -276,6 +276,8 @@ def response_shell(body: ResponsesRequest, *, model: str) -> ResponseObject:
         truncation=body.truncation or "disabled",
         metadata=body.metadata or {},
         user=body.user,
+        previous_response_id=body.previous_response_id,
+        store=stored,
     )
 
 
@@ -354,9 +356,18 @@ class ResponsesStream:
     Tool calls stream as the chat stream releases them.
     """
 
-    def __init__(self, plan: Plan, shell: ResponseObject, *, model: str) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        shell: ResponseObject,
+        *,
+        model: str,
+        on_finished: Callable[[ResponseObject], object] | None = None,
+    ) -> None:
         self.chat = ChatStream(plan, model=model)
         self.shell = shell
+        #: Told the finished response (the store keeps it), unless it was rejected.
+        self.on_finished = on_finished
         self.output: list[OutputItem] = []
         self._sequence = 0
         #: The output index of the item being written, and what it is ("output_text",
@@ -383,6 +394,8 @@ class ResponsesStream:
         usage = self.chat.usage_chunk().usage or ChatUsage.of(0, 0)
         response = finished(self.shell, self.output, finish=self._finish, usage=usage, validation=self._validation)
         kind = "response.incomplete" if response.status == "incomplete" else "response.completed"
+        if self.on_finished is not None:
+            self.on_finished(response)
         return [self._frame(ResponseLifecycleEvent(type=kind, response=response))]
 
     def _frame(self, event: ResponseEvent) -> str:

@@ -88,6 +88,7 @@ def build_server(args: argparse.Namespace) -> ServerParts:
     from tokenmold.service.api.app import create_app
     from tokenmold.service.api.settings import ServerSettings
     from tokenmold.service.cli.main import engine_config
+    from tokenmold.service.store.responses import StoreBounds
 
     engine = engine_config(args, reasoning_parser=args.reasoning_parser, forced_drafts=args.forced_drafts)
     runtime = Runtime(
@@ -118,6 +119,9 @@ def build_server(args: argparse.Namespace) -> ServerParts:
         batch_dir=args.batch_dir,
         max_file_bytes=args.max_file_bytes,
         trust_request_chat_template=args.trust_request_chat_template,
+        store=args.store,
+        store_dir=args.store_dir,
+        store_bounds=StoreBounds(ttl_s=args.store_ttl, max_bytes=int(args.store_max_mb * (1 << 20))),
     )
     lifecycle = Lifecycle(grace_s=args.shutdown_grace)
     return ServerParts(runtime, create_app(runtime, settings, lifecycle), lifecycle)

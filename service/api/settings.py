@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenmold.service.store.responses import StoreBounds
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -32,6 +34,14 @@ class ServerSettings:
     trust_request_chat_template:
         Accept a request's own ``chat_template`` (vLLM's ``--trust-request-chat-template``): a
         template is code the server runs, in Jinja's sandbox, so it is refused unless trusted.
+    store:
+        Keep ``/v1/responses`` answers (unless a request says ``store: false``) for
+        ``GET /v1/responses/{id}`` and ``previous_response_id``; off (``serve --no-store``), the
+        server keeps nothing between requests.
+    store_dir:
+        Where they are kept (default ``$TOKENMOLD_HOME/responses``); replicas on one host share it.
+    store_bounds:
+        How long they are kept and how many bytes they may take.
     """
 
     model_name: str
@@ -42,6 +52,9 @@ class ServerSettings:
     batch_dir: Path | None = None
     max_file_bytes: int = 200_000_000
     trust_request_chat_template: bool = False
+    store: bool = True
+    store_dir: Path | None = None
+    store_bounds: StoreBounds = StoreBounds()
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -204,7 +204,8 @@ async def _execute(
                 await runtime.compile(Shape.from_json_schema(schema), CompileOptions(strict=strict))
             except ShapeError as exc:
                 raise BadInput(f"{args.schema}: {_one_line(exc)}") from None
-        settings = ServerSettings(model_name=Path(runtime.model.path).name, max_body_bytes=1 << 30)
+        # The answers go to the output file; no one reads them back by id.
+        settings = ServerSettings(model_name=Path(runtime.model.path).name, max_body_bytes=1 << 30, store=False)
         app = create_app(runtime, settings)
         runtime.start_engine()
         dispatcher = Dispatcher(app, settings)

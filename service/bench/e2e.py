@@ -362,7 +362,8 @@ async def _served(runtime: Runtime) -> AsyncIterator[_Http]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # bound here and handed over: no other process can take the port
     port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(runtime, ServerSettings(model_name=model)), log_level="warning", lifespan="off")
+    settings = ServerSettings(model_name=model, store=False)  # a measurement keeps nothing
+    config = uvicorn.Config(create_app(runtime, settings), log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:

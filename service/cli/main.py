@@ -158,6 +158,21 @@ def _generate_flags(gen: argparse.ArgumentParser) -> None:
     gen.set_defaults(func=_generate)
 
 
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration(text: str) -> float:
+    """Seconds, or a number with a unit (``90m``, ``12h``, ``30d``)."""
+    number, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "s")
+    try:
+        seconds = float(number) * _UNITS[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (seconds, or 90m, 12h, 30d)") from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"a duration is positive: {text!r}")
+    return seconds
+
+
 def _serve_flags(serve: argparse.ArgumentParser) -> None:
     """``serve``'s own flags (vLLM's engine arguments join them: ``service/engine/engine_args.py``)."""
     from tokenmold.grammar.limits import DEFAULT_LIMITS
@@ -178,6 +193,32 @@ def _serve_flags(serve: argparse.ArgumentParser) -> None:
         type=Path,
         default=None,
         help="state of /v1/files and /v1/batches (default: $TOKENMOLD_HOME/batch)",
+    )
+    own.add_argument(
+        "--no-store",
+        dest="store",
+        action="store_false",
+        help="keep no /v1/responses answers (default: kept, unless a request says store: false)",
+    )
+    own.add_argument(
+        "--store-dir",
+        type=Path,
+        default=None,
+        help="where /v1/responses answers are kept, shared by the replicas of a host"
+        " (default: $TOKENMOLD_HOME/responses)",
+    )
+    own.add_argument(
+        "--store-ttl",
+        type=_duration,
+        default=30 * 24 * 3600.0,
+        metavar="DURATION",
+        help="how long a stored response is kept: seconds, or with a unit (90m, 12h, 30d; default 30d)",
+    )
+    own.add_argument(
+        "--store-max-mb",
+        type=float,
+        default=1024.0,
+        help="past this size the oldest stored responses go first (default 1024)",
     )
     own.add_argument(
         "--reject-unaccepted",

@@ -3,7 +3,8 @@ by the real openai SDK (``responses.parse``, ``responses.stream``, function call
 Agents SDK (an agent with a function tool and an ``output_type``, on its Responses model and on its
 Chat Completions model), as a user would.
 
-The session's shared server (``conftest.py``); temperature 0 and few tokens per request.
+The session's shared server (``conftest.py``); temperature 0 and few tokens per request. What the
+server keeps of a response (retrieve, ``previous_response_id``) is ``test_responses_store.py``'s.
 """
 
 from __future__ import annotations
@@ -164,10 +165,10 @@ def test_a_streamed_function_call(client) -> None:
     assert call.type == "function_call" and call.arguments == done.arguments
 
 
-def test_stateful_and_unknown_fields_are_400_and_the_rest_accepted(client) -> None:
+def test_unknown_fields_are_400_and_the_rest_accepted(client) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
-        client.responses.create(model=MODEL, input="Hi", previous_response_id="resp_123", max_output_tokens=5)
-    assert exc.value.body["param"] == "previous_response_id" and "stateless" in exc.value.body["message"]
+        client.responses.create(model=MODEL, input="Hi", max_output_tokens=5, extra_body={"conversation": "conv_1"})
+    assert exc.value.body["param"] == "conversation" and "previous_response_id" in exc.value.body["message"]
     with pytest.raises(openai.BadRequestError) as exc:
         client.responses.create(model=MODEL, input="Hi", max_output_tokens=5, extra_body={"frobnicate": 1})
     assert "frobnicate" in exc.value.body["message"]

@@ -37,6 +37,7 @@ BODIES: dict[str, dict[str, Any]] = {
     "/v1/chat/completions": {"json": {"model": MODEL, "messages": USER}},
     "/v1/completions": {"json": {"model": MODEL, "prompt": "hi"}},
     "/v1/responses": {"json": {"model": MODEL, "input": "hi"}},
+    "/v1/responses/input_tokens": {"json": {"model": MODEL, "input": "hi"}},
     "/v1/batches": {
         "json": {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "24h"}
     },

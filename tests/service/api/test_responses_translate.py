@@ -142,10 +142,8 @@ def test_sampling_fields_and_extensions_reach_the_plan() -> None:
 @pytest.mark.parametrize(
     ("fields", "param"),
     [
-        ({"previous_response_id": "resp_1"}, "previous_response_id"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),
-        ({"background": True}, "background"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
         ({"input": [], "instructions": "x"}, "input"),
         ({"tool_choice": "required"}, "tool_choice"),
@@ -162,7 +160,7 @@ def test_sampling_fields_and_extensions_reach_the_plan() -> None:
         ),
     ],
 )
-def test_what_needs_state_or_conflicts_is_refused_with_the_field(fields, param) -> None:
+def test_what_is_not_served_or_conflicts_is_refused_with_the_field(fields, param) -> None:
     with pytest.raises(RequestError) as exc:
         responses_plan(request(**fields), MODEL)
     assert exc.value.param == param

@@ -1,0 +1,1 @@
+"""What the HTTP layer keeps between requests: the stored responses of ``/v1/responses``."""
