@@ -25,11 +25,14 @@ import openai
 import psutil
 import pytest
 from support.any_user import check_runs_as_nobody
+from support.early import EarlyWork
 from support.live_api import MEMBER, MODEL, prefix_cache_use, slow_regex
 from support.live_server import SuiteServer
 from support.probes import chat, in_background, metrics, wait_for
+from support.servers import faults_store
 
 from tokenmold.service.bench.drafts import TOOLS
+from tokenmold.service.store.responses import ResponseStore
 
 #: The faults' server (``support/servers.py``): run as the suite's unprivileged user, with a long
 #: drain and forced drafts; its modules wait for the early work to end first (how soon a fault is
@@ -225,6 +228,20 @@ def test_a_vllm_engine_flag_changes_the_engine_prefix_caching_off(live_server: S
     assert use.enabled is False and use.hits == 0
 
 
+#: A bounded answer, so that the response completes within its tokens.
+ANSWERED = {
+    "type": "json_schema",
+    "name": "answer",
+    "strict": True,
+    "schema": {
+        "type": "object",
+        "properties": {"wet": {"type": "boolean"}},
+        "required": ["wet"],
+        "additionalProperties": False,
+    },
+}
+
+
 @dataclass
 class _Stream:
     """A streamed chat completion read in a thread: when its first token came, when it ended, and
@@ -274,9 +291,18 @@ def _stream_in_background(server: SuiteServer, max_tokens: int) -> _Stream:
     return stream
 
 
-def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: SuiteServer) -> None:
-    """The module's last test: it ends the module's server."""
+def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(
+    live_server: SuiteServer, early_work: EarlyWork
+) -> None:
+    """The module's last test: it ends the module's server. The responses it stored before are
+    still there, with their status, once the server is gone."""
     model = live_server.model_id()
+    client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="-", max_retries=0)
+    answered = client.responses.create(
+        model=model, input="Is water wet? Answer as JSON.", text={"format": ANSWERED}, max_output_tokens=24
+    )
+    cut = client.responses.create(model=model, input="Tell a long story.", max_output_tokens=2)
+    assert (answered.status, cut.status) == ("completed", "incomplete")
     # Long enough that the three still decode when SIGTERM comes, right after their first tokens.
     streams = [_stream_in_background(live_server, max_tokens=400) for _ in range(3)]
     for stream in streams:
@@ -302,3 +328,5 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(live_server: S
     assert health.status_code == 503
     assert status == 0
     assert re.search(r"draining", live_server.log.read_text())
+    kept = ResponseStore(faults_store(early_work))
+    assert [kept.get(response.id).response["status"] for response in (answered, cut)] == ["completed", "incomplete"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 
@@ -76,11 +77,19 @@ def _reasoning(work: EarlyWork) -> tuple[str, ...]:
     )  # fmt: skip
 
 
+def faults_store(work: EarlyWork) -> Path:
+    """Where the faults' server keeps its responses (in its user's HOME): read after it ended."""
+    home = suite_user().home
+    return home / "responses" if home is not None else work.folder("faults") / "responses"
+
+
 def _faults(work: EarlyWork) -> tuple[str, ...]:
     """A short context, room for a compile of several seconds, a long drain, prefix caching off (a
     vLLM engine flag: the chats that share a prefix on the shared server, which has it on, take
-    nothing from the cache here), and forced drafts, for the drafting tests of the same module."""
+    nothing from the cache here), forced drafts, for the drafting tests of the same module, and a
+    response store the module reads once the server is gone."""
     return (
+        "--store-dir", str(faults_store(work)),
         "--max-model-len", "1024",
         "--compile-timeout", "30",
         "--log-level", "warning",
