@@ -299,9 +299,13 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(
     model = live_server.model_id()
     client = openai.OpenAI(base_url=f"{live_server.url}/v1", api_key="-", max_retries=0)
     answered = client.responses.create(
-        model=model, input="Is water wet? Answer as JSON.", text={"format": ANSWERED}, max_output_tokens=24
+        model=model,
+        input="Is water wet? Answer as JSON.",
+        text={"format": ANSWERED},
+        max_output_tokens=24,
+        temperature=0,
     )
-    cut = client.responses.create(model=model, input="Tell a long story.", max_output_tokens=2)
+    cut = client.responses.create(model=model, input="Tell a long story.", max_output_tokens=2, temperature=0)
     assert (answered.status, cut.status) == ("completed", "incomplete")
     # Long enough that the three still decode when SIGTERM comes, right after their first tokens.
     streams = [_stream_in_background(live_server, max_tokens=400) for _ in range(3)]

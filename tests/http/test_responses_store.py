@@ -21,6 +21,14 @@ pytestmark = pytest.mark.engine
 GPT5 = "gpt-5"
 
 
+class Reply(BaseModel):
+    """A short answer: bounded, so that each turn completes within its tokens."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(max_length=20)
+
+
 def test_a_response_is_stored_read_back_listed_and_deleted(client: openai.OpenAI) -> None:
     created = client.responses.create(model=GPT5, input="Name a color.", max_output_tokens=8, temperature=0)
     assert created.store is True
@@ -77,21 +85,16 @@ def test_what_is_not_stored_cannot_be_read_or_followed(client: openai.OpenAI) ->
 
 
 def test_a_streamed_response_is_stored_once_it_completes(client: openai.OpenAI) -> None:
-    with client.responses.stream(model=GPT5, input="Count to three.", max_output_tokens=8) as stream:
+    # A bounded answer completes (the SDK's final response needs response.completed).
+    with client.responses.stream(
+        model=GPT5, input="Name a color.", text_format=Reply, max_output_tokens=40, temperature=0
+    ) as stream:
         final = stream.get_final_response()
     read = client.responses.retrieve(final.id)
     assert read.status == final.status and read.output_text == final.output_text
     with pytest.raises(openai.BadRequestError) as replay:  # its events are not kept: said, not faked
         list(client.responses.retrieve(final.id, stream=True))
     assert replay.value.body["param"] == "stream"
-
-
-class Reply(BaseModel):
-    """A short answer: bounded, so that each turn completes within its tokens."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    text: str = Field(max_length=20)
 
 
 def test_the_agents_sdk_chains_two_turns_by_previous_response_id(server: str) -> None:
