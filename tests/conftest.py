@@ -92,13 +92,13 @@ def _uses_a_server(module_items: list[pytest.Item]) -> str | None:
     return _server_of(module_items[0]) if uses else None
 
 
-def _engine_group(module_items: list[pytest.Item]) -> int:
+def _engine_group(module_items: list[pytest.Item], server: str | None) -> int:
     """When a module runs. Engine starts dominate the suite's time, and each engine holds gigabytes
     while it stands, so few stand at once: the shared server's modules come first and the server
     stops after the last of them; then the modules of the other servers, a server's modules one
     after the other; then the other engine tests; last those on the in-process engine, which stands
-    until the session ends. Before all of them, the modules of a server that ``runs_first``."""
-    server = _uses_a_server(module_items)
+    until the session ends. Before all of them, the modules of a server that ``runs_first``.
+    ``server``: the one the module uses (``_uses_a_server``)."""
     if server is not None and SERVERS[server].runs_first:
         return -1
     if not any(item.get_closest_marker("engine") for item in module_items):
@@ -112,17 +112,16 @@ def _engine_group(module_items: list[pytest.Item]) -> int:
     return 3
 
 
-def _order(module_items: list[pytest.Item]) -> tuple[int, bool, bool, int]:
+def _order(module_items: list[pytest.Item], server: str | None) -> tuple[int, bool, bool, int]:
     """``_engine_group``; inside a group, a module without an engine whose tests run several
     processes at once (``pytest.mark.spreads``: a benchmark's engines side by side) after the others
     (while the early work starts servers both cores are busy anyway; once it has ended, pytest's own
     process alone would leave one of them idle), and the modules of a server that ``settles`` after
     the others (by then only the servers queued last are still starting, and the other modules'
     tests ran while they started instead of waiting with it); a server's modules together."""
-    server = _uses_a_server(module_items)
     spreads = module_items[0].get_closest_marker("spreads") is not None
     settles = server is not None and SERVERS[server].settles
-    return (_engine_group(module_items), spreads, settles, list(SERVERS).index(server) if server else -1)
+    return (_engine_group(module_items, server), spreads, settles, list(SERVERS).index(server) if server else -1)
 
 
 _EARLY = pytest.StashKey[EarlyWork]()
@@ -152,12 +151,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     by_module: dict[str, list[pytest.Item]] = {}
     for item in items:
         by_module.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
-    ordered = sorted(by_module.items(), key=lambda module: _order(module[1]))
+    server_of = {module: _uses_a_server(module_items) for module, module_items in by_module.items()}
+    ordered = sorted(by_module.items(), key=lambda module: _order(module[1], server_of[module[0]]))
     items[:] = [item for _, module_items in ordered for item in module_items]
     by_server: dict[str, list[str]] = {}
     ends: dict[str, str] = {}
     for module, module_items in ordered:
-        server = _uses_a_server(module_items)
+        server = server_of[module]
         if server is not None:
             by_server.setdefault(server, []).append(module)
             marker = module_items[0].get_closest_marker("server")
@@ -169,9 +169,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     config.stash[_LAST_MODULE] = {server: modules[-1] for server, modules in by_server.items()}
     work = config.stash[_EARLY] = EarlyWork(Path(tempfile.mkdtemp(prefix="tokenmold-tests-")))
     for module, module_items in ordered:
-        if _engine_group(module_items) == 0:
+        server = server_of[module]
+        if _engine_group(module_items, server) == 0:
             continue
-        server = _uses_a_server(module_items)
         if server is not None and by_server[server][0] == module:
             declare(work, server)
         declare_runs: Declare | None = getattr(_module(module_items), "early", None)

@@ -77,10 +77,16 @@ def _reasoning(work: EarlyWork) -> tuple[str, ...]:
     )  # fmt: skip
 
 
-def faults_store(work: EarlyWork) -> Path:
-    """Where the faults' server keeps its responses (in its user's HOME): read after it ended."""
+def _users_folder(work: EarlyWork, name: str) -> Path:
+    """A folder for a server run as the suite's user: in that user's HOME (made with it, owned by
+    it), else one of the work's."""
     home = suite_user().home
-    return home / "responses" if home is not None else work.folder("faults") / "responses"
+    return home / name if home is not None else work.folder(name)
+
+
+def faults_store(work: EarlyWork) -> Path:
+    """Where the faults' server keeps its responses: read after it ended."""
+    return _users_folder(work, "responses")
 
 
 def _faults(work: EarlyWork) -> tuple[str, ...]:
@@ -103,8 +109,7 @@ def _fleet(work: EarlyWork) -> tuple[str, ...]:
     """Two replicas that reserve no Ray CPU (the two engines and the batch's callers share the
     suite's two cores), each with one compile worker (a replica's memory is what bounds the suite
     here), its stores in its user's HOME."""
-    home = suite_user().home
-    folder = home / "fleet" if home is not None else work.folder("fleet")
+    folder = _users_folder(work, "fleet")
     return (
         "--replicas", "2", "--cpus-per-replica", "0", "--compile-workers", "1",
         "--max-model-len", "1024", "--max-num-seqs", "16",
