@@ -41,23 +41,22 @@ def input_items(body: ResponsesRequest) -> list[dict[str, Any]]:
     return listed
 
 
-def continued(body: ResponsesRequest, previous: StoredResponse | None) -> ResponsesRequest:
-    """``body`` with the stored conversation of its ``previous_response_id`` before its input
-    (OpenAI's rule: the earlier inputs and outputs, not the earlier instructions)."""
+def continued(
+    body: ResponsesRequest, previous: StoredResponse | None, own_items: list[dict[str, Any]]
+) -> ResponsesRequest:
+    """``body`` with the stored conversation of its ``previous_response_id`` before its own input
+    items (``input_items(body)``; OpenAI's rule: the earlier inputs and outputs, not the earlier
+    instructions)."""
     if body.previous_response_id is None:
         return body
     if previous is None:
         raise PreviousResponseNotFound(
             f"Previous response with id {body.previous_response_id!r} not found.", param="previous_response_id"
         )
-    if isinstance(body.input, str):
-        own: list[dict[str, Any]] = [{"role": "user", "content": body.input}]
-    else:
-        own = [item.model_dump(exclude_none=True) for item in body.input]
     return ResponsesRequest.model_validate(
         {
             **body.model_dump(exclude_none=True, by_alias=True),
-            "input": [*previous.conversation, *own],
+            "input": [*previous.conversation, *own_items],
             "previous_response_id": None,
         }
     )

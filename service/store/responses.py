@@ -12,7 +12,8 @@ time across processes; a writer waits for the lock (``busy_timeout``) rather tha
 A row holds the response object as answered, the request's own input items, and the context its
 ``previous_response_id`` brought (the earlier turns' inputs and outputs): following a chain is one
 read, and a deleted ancestor does not break its descendants. Bounds: rows older than the time to
-live are gone, and past the size bound the oldest go first (``prune``, run on every write).
+live are gone, and past the size bound the oldest go first (``prune``, run on every write; it reads
+the index of ages and sizes, not the rows).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ CREATE TABLE IF NOT EXISTS responses (
     context_items TEXT NOT NULL,
     size INTEGER NOT NULL
 );
-CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at);
+CREATE INDEX IF NOT EXISTS responses_by_age ON responses (created_at, size, id);
 """
 
 

@@ -36,14 +36,12 @@ async def create_response(
 ) -> Response:
     storing = store is not None and body.store is not False
     refuse_background(body, storing)
-    if body.previous_response_id is not None and store is None:
-        raise RequestError("this server keeps no responses (serve --no-store)", param="previous_response_id")
-    previous = await _find(store, body.previous_response_id)
-    plan = responses_plan(continued(body, previous), generation.runtime.model)
+    own_items = input_items(body)
+    previous = await _previous(store, body)
+    plan = responses_plan(continued(body, previous, own_items), generation.runtime.model)
     generation.check_model(body.model)
     reject, model = reject_unaccepted(request), generation.settings.model_name
     shell = response_shell(body, model=model, stored=storing)
-    own_items = input_items(body)
     context = previous.conversation if previous is not None else []
 
     def keep(response: ResponseObject) -> ResponseObject:
@@ -75,8 +73,8 @@ async def count_input_tokens(
     request = ResponsesRequest.model_validate({"model": "", **body})
     if request.model:
         generation.check_model(request.model)
-    previous = await _find(store, request.previous_response_id)
-    plan = responses_plan(continued(request, previous), generation.runtime.model)
+    previous = await _previous(store, request)
+    plan = responses_plan(continued(request, previous, input_items(request)), generation.runtime.model)
     prompt_ids = await to_thread.run_sync(generation.runtime.prompt_ids, plan.prompt)
     return {"object": "response.input_tokens", "input_tokens": len(prompt_ids)}
 
@@ -110,16 +108,19 @@ async def list_input_items(
     return input_items_page(await _found(store, response_id), limit=limit, order=order, after=after)
 
 
-async def _find(store: ResponseStore | None, response_id: str | None) -> StoredResponse | None:
-    """The stored response of that id, if there is one."""
-    if store is None or response_id is None:
+async def _previous(store: ResponseStore | None, body: ResponsesRequest) -> StoredResponse | None:
+    """The stored response ``body`` continues (``previous_response_id``), if it names one and it is
+    kept (``continued`` refuses an unknown one); a server that keeps none cannot follow one."""
+    if body.previous_response_id is None:
         return None
-    return await to_thread.run_sync(store.get, response_id)
+    if store is None:
+        raise RequestError("this server keeps no responses (serve --no-store)", param="previous_response_id")
+    return await to_thread.run_sync(store.get, body.previous_response_id)
 
 
 async def _found(store: ResponseStore | None, response_id: str) -> StoredResponse:
     """The stored response of that id, or a 404 naming it."""
-    stored = await _find(store, response_id)
+    stored = await to_thread.run_sync(store.get, response_id) if store is not None else None
     if stored is None:
         raise NotFound(f"No response found with id {response_id!r}.", param="response_id")
     return stored

@@ -26,7 +26,7 @@ FIRST = StoredResponse(
 
 def test_the_stored_conversation_comes_before_the_input_and_the_instructions_do_not() -> None:
     body = ResponsesRequest(model="m", input="Who am I?", previous_response_id="resp_1", instructions="Be brief.")
-    merged = continued(body, FIRST)
+    merged = continued(body, FIRST, input_items(body))
     assert merged.previous_response_id is None and merged.instructions == "Be brief."
     assert isinstance(merged.input, list) and all(isinstance(item, MessageItem) for item in merged.input)
     said = [
@@ -38,7 +38,7 @@ def test_the_stored_conversation_comes_before_the_input_and_the_instructions_do_
 def test_an_unknown_previous_response_is_a_404_naming_the_field() -> None:
     body = ResponsesRequest(model="m", input="x", previous_response_id="resp_gone")
     with pytest.raises(PreviousResponseNotFound) as missing:
-        continued(body, None)
+        continued(body, None, input_items(body))
     assert missing.value.param == "previous_response_id" and missing.value.code == "previous_response_not_found"
 
 
